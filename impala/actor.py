@@ -1,0 +1,245 @@
+"""The actor: step `num_envs` environments with one batched forward pass per step, and send
+one T+1-step unroll per environment to its learner every `unroll_length` steps.
+
+Between unrolls it asks the learner for newer weights without waiting for the answer;
+an answer that has arrived is applied before the next unroll. If the learner goes away,
+sends time out and are retried (ZeroMQ reconnects by itself) until it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from impala.config import Config, parse_host_port
+from impala.envs import EnvSettings, create_env
+from impala.learner import weights_schema
+from impala.nets import Agent, AgentOutput, create_agent
+from impala.rollout import UnrollLayout, core_shapes_of
+from impala.transport import ActorSocket, WireError, decode, encode
+
+log = logging.getLogger("actor")
+
+SEND_TIMEOUT_MS = 1000
+WEIGHTS_REQUEST_TIMEOUT_S = 10.0
+
+
+class WeightsClient:
+    """Weight requests double as flow control.
+
+    After sending its unrolls an actor asks for weights; before sending the next ones it
+    waits for the answer. The learner answers only once it has read the earlier unrolls, so
+    each actor has at most two unroll sets in flight and a slow learner slows its actors
+    (bounded policy lag) instead of letting unrolls pile up in socket buffers.
+    """
+
+    def __init__(self, sock: ActorSocket, model: Agent, max_bytes: int, name: str) -> None:
+        self.sock = sock
+        self.model = model
+        self.max_bytes = max_bytes
+        self.name = name
+        self.schemas = {"weights": weights_schema(model), "no_update": None}
+        self.version = -1  # no weights from the learner yet
+        self.requested_at: float | None = None
+        self.rejected = 0
+
+    def request(self) -> None:
+        """Ask for weights newer than ours (a no-op if the learner is unreachable)."""
+        message = encode("weights_request", self.name, version=self.version)
+        self.requested_at = time.time() if self.sock.send(message, 0) else None
+
+    def await_answer(self, stop: threading.Event, learner: str) -> bool:
+        """Wait for the answer to the last request and apply it; False if `stop` was set."""
+        waited_s = 0
+        while self.requested_at is not None:
+            if stop.is_set():
+                return False
+            if self._poll(timeout_ms=1000):
+                return True
+            waited_s += 1
+            if time.time() - self.requested_at > WEIGHTS_REQUEST_TIMEOUT_S:
+                # Lost, e.g. the learner restarted: ask again.
+                log.warning("%s: no answer from learner %s for %d s; asking again",
+                            self.name, learner, waited_s)
+                self.request()
+        return True
+
+    def _poll(self, timeout_ms: int) -> bool:
+        frames = self.sock.receive(timeout_ms)
+        if frames is None:
+            return False
+        self.requested_at = None
+        try:
+            message = decode(frames, self.schemas, self.max_bytes)
+        except WireError as exc:
+            self.rejected += 1
+            log.warning("%s: ignored a message from the learner: %s", self.name, exc)
+            return True
+        if message.kind == "weights":
+            version = message.meta.get("version")
+            if isinstance(version, int) and not isinstance(version, bool):
+                state = {name: torch.from_numpy(array.copy())
+                         for name, array in message.arrays.items()}
+                self.model.load_state_dict(state)
+                self.version = version
+        return True
+
+
+@dataclass
+class EnvStep:
+    """The current environment output for all envs, each with a leading [N]."""
+
+    observation: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    last_action: np.ndarray
+
+
+class Actor:
+    def __init__(self, cfg: Config, stop: threading.Event) -> None:
+        self.cfg = cfg
+        self.stop = stop
+        self.name = f"actor-{cfg.task}"
+        torch.set_num_threads(1)
+        settings = EnvSettings(cfg.level_name, cfg.num_action_repeats, cfg.width, cfg.height)
+        base_seed = cfg.seed * 10_007 + cfg.task * 101
+        self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
+        space = self.envs[0].observation_space
+        torch.manual_seed(base_seed)
+        self.model = create_agent(cfg.agent_name, space.shape, int(self.envs[0].action_space.n))
+        self.model.eval()
+        self.layout = UnrollLayout(cfg.unroll_length, tuple(space.shape), space.dtype.name,
+                                   int(self.envs[0].action_space.n),
+                                   core_shapes_of(self.model.initial_state(1)))
+        host, port = parse_host_port(cfg.learner_host)
+        self.max_bytes = int(cfg.max_message_mb * 2**20)
+        self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs)
+        self.weights = WeightsClient(self.sock, self.model, self.max_bytes, self.name)
+        self.buffers = {name: np.zeros((cfg.num_envs, *spec.shape), dtype=spec.dtype)
+                        for name, spec in self.layout.schema().items()}
+        self.unrolls_sent = 0
+        self.finished: list[list[tuple[float, int]]] = [[] for _ in self.envs]
+
+    # ------------------------------------------------------------------ environments
+    def _reset_all(self) -> EnvStep:
+        n = len(self.envs)
+        observations = np.stack([env.reset()[0] for env in self.envs])
+        return EnvStep(observations, np.zeros(n, np.float32), np.ones(n, bool),
+                       np.zeros(n, np.int64))
+
+    def _step_all(self, actions: np.ndarray) -> EnvStep:
+        n = len(self.envs)
+        observations = []
+        rewards, dones = np.zeros(n, np.float32), np.zeros(n, bool)
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, info = env.step(int(actions[i]))
+            rewards[i] = reward
+            if terminated or truncated:
+                episode = info["episode"]
+                self.finished[i].append((float(episode["r"]), int(episode["l"])))
+                obs, _ = env.reset()
+                dones[i] = True
+            elif info.get("life_lost", False):
+                dones[i] = True  # an episode end for the learner; the game goes on
+            observations.append(obs)
+        return EnvStep(np.stack(observations), rewards, dones, actions.astype(np.int64))
+
+    @torch.no_grad()
+    def _act(self, step: EnvStep, core: tuple[torch.Tensor, ...]
+             ) -> tuple[AgentOutput, tuple[torch.Tensor, ...]]:
+        """One batched forward pass for all envs: inputs [1, N, ...]."""
+        return self.model(torch.from_numpy(step.observation).unsqueeze(0),
+                          torch.from_numpy(step.last_action).unsqueeze(0),
+                          torch.from_numpy(step.reward).unsqueeze(0),
+                          torch.from_numpy(step.done).unsqueeze(0), core)
+
+    def _record(self, t: int, step: EnvStep, output: AgentOutput) -> None:
+        b = self.buffers
+        b["observation"][:, t] = step.observation
+        b["reward"][:, t] = step.reward
+        b["done"][:, t] = step.done
+        b["last_action"][:, t] = step.last_action
+        b["action"][:, t] = output.action[0].numpy()
+        b["policy_logits"][:, t] = output.policy_logits[0].numpy()
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> None:
+        log.info("%s: %d x %s, learner %s", self.name, self.cfg.num_envs, self.cfg.level_name,
+                 self.cfg.learner_host)
+        if not self._wait_for_first_weights():
+            return
+        step = self._reset_all()
+        core = self.model.initial_state(len(self.envs))
+        core_before, (output, core) = core, self._act(step, core)
+        last_report = time.time()
+        while not self.stop.is_set():
+            version = self.weights.version  # the policy that acts in this unroll
+            self._record(0, step, output)
+            for k, tensor in enumerate(core_before):  # core state before step 0: [L, N, H]
+                self.buffers[f"core_{k}"][:] = tensor.transpose(0, 1).numpy()
+            for t in range(1, self.cfg.unroll_length + 1):
+                step = self._step_all(output.action[0].numpy())
+                core_before = core
+                output, core = self._act(step, core)
+                self._record(t, step, output)
+            if not self.weights.await_answer(self.stop, self.cfg.learner_host):
+                return
+            if not self._send_unrolls(version):
+                return
+            self.weights.request()
+            if time.time() - last_report > 30:
+                log.info("%s: %d unrolls sent, policy version %d", self.name, self.unrolls_sent,
+                         self.weights.version)
+                last_report = time.time()
+
+    def _wait_for_first_weights(self) -> bool:
+        while not self.stop.is_set():
+            self.weights.request()
+            if self.weights.requested_at is None:  # learner not reachable yet
+                time.sleep(0.5)
+                continue
+            if not self.weights.await_answer(self.stop, self.cfg.learner_host):
+                return False
+            if self.weights.version >= 0:
+                log.info("%s: got weights version %d", self.name, self.weights.version)
+                return True
+        return False
+
+    def _send_unrolls(self, version: int) -> bool:
+        """Send one unroll per env; False if asked to stop while the learner was away."""
+        for i in range(len(self.envs)):
+            returns = [r for r, _ in self.finished[i]]
+            lengths = [n for _, n in self.finished[i]]
+            frames = encode("unroll", self.name,
+                            {name: array[i] for name, array in self.buffers.items()},
+                            policy_version=version,
+                            episode_returns=returns, episode_lengths=lengths)
+            waited = 0
+            while not self.sock.send(frames, SEND_TIMEOUT_MS):
+                if self.stop.is_set():
+                    return False
+                waited += 1
+                if waited in (5, 30) or waited % 120 == 0:
+                    log.warning("%s: learner %s is not taking unrolls (%d s); retrying",
+                                self.name, self.cfg.learner_host, waited)
+            self.finished[i] = []
+            self.unrolls_sent += 1
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+        for env in self.envs:
+            env.close()
+
+
+def run_actor(cfg: Config, stop: threading.Event) -> None:
+    actor = Actor(cfg, stop)
+    try:
+        actor.run()
+    finally:
+        actor.close()

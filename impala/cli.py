@@ -1,0 +1,98 @@
+"""Entry points: `experiment.py` (every role) and `run_experiment_mm_raw.py` (the frontend)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from impala.config import Config, parse_config
+from impala.logs import setup_logging
+
+log = logging.getLogger("experiment")
+
+
+def install_stop_handlers(stop: threading.Event) -> None:
+    """SIGINT/SIGTERM set `stop` (the learner then checkpoints and exits 0); a second
+    SIGINT interrupts at once."""
+
+    def handler(signum: int, _frame) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) -> int:
+    import torch
+
+    from impala.distributed import create_backend
+    from impala.learner import Learner
+
+    device = torch.device("cuda" if cfg.learner_device == "cuda" else "cpu")
+    backend = create_backend(cfg.allreduce_backend, device)
+    run_dir = Path(cfg.logdir) / cfg.resolved_run_name
+    setup_logging(run_dir / f"learner-{backend.rank}.log", f"learner-{backend.rank}")
+    supervisor = None
+    try:
+        learner = Learner(cfg, backend)
+        learner.stop_requested = stop
+        if supervised_actors:
+            from impala.local import ActorSupervisor
+
+            supervisor = ActorSupervisor(cfg, run_dir)
+            supervisor.start()
+        status = learner.run()
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+        backend.shutdown()
+    log.info("learner exit status: %s", status)
+    return 0 if status in ("finished", "stopped") else 1
+
+
+def experiment_main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(argv)
+    stop = threading.Event()
+    install_stop_handlers(stop)
+    from impala.checkpoint import CheckpointError
+
+    try:
+        if cfg.mode == "test":
+            from impala.evaluate import test
+
+            setup_logging(None, "test")
+            test(cfg)
+            return 0
+        if cfg.mode == "video":
+            from impala.evaluate import video
+
+            setup_logging(None, "video")
+            video(cfg)
+            return 0
+        if cfg.job_name == "actor":
+            from impala.actor import run_actor
+
+            setup_logging(None, f"actor-{cfg.task}")
+            run_actor(cfg, stop)
+            return 0
+        return _run_learner(cfg, stop, supervised_actors=cfg.job_name == "local")
+    except (CheckpointError, OSError, ValueError) as exc:
+        log.error("%s", exc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def frontend_main(argv: list[str] | None = None) -> int:
+    from impala.launcher.frontend import main
+
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(experiment_main())

@@ -1,0 +1,156 @@
+"""Every flag of `experiment.py` in one frozen dataclass; every default lives here.
+
+Flag names keep those of scalable_agent and its multi-learner tweak, so their command
+lines (`--level_name=... --agent_name=... --batch_size=...`) work unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from impala.losses import REWARD_CLIPPING_MODES
+
+
+def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Config:
+    # --- what runs -------------------------------------------------------------------
+    mode: str = _flag("train", "train, test (play episodes from the checkpoint) or video",
+                      ("train", "test", "video"))
+    job_name: str = _flag("local", "learner, actor, or local (one learner + --num_actors "
+                          "actor processes on this host)", ("learner", "actor", "local"))
+    task: int = _flag(0, "actor index (actors) or learner index (learners)")
+    logdir: str = _flag("runs", "parent of run directories")
+    run_name: str = _flag("", "run directory under --logdir; default <level>_<agent>, so "
+                          "the same command resumes the same run")
+    # --- environment -----------------------------------------------------------------
+    level_name: str = _flag("PongNoFrameskip-v4", "Gymnasium id (Atari ids get the DeepMind "
+                            "pipeline)")
+    num_action_repeats: int = _flag(4, "frames per agent step (Atari)")
+    width: int = _flag(84, "observation width (Atari)")
+    height: int = _flag(84, "observation height (Atari)")
+    seed: int = _flag(1, "seed for nets and environments (actors add their task)")
+    # --- agent and algorithm ---------------------------------------------------------
+    agent_name: str = _flag("SimpleConvNetAgent", "SimpleConvNetAgent, ResNetAgent, "
+                            "ResNetLSTMAgent or MLPAgent (case-insensitive)")
+    batch_size: int = _flag(32, "unrolls per learner update (per learner)")
+    unroll_length: int = _flag(20, "agent steps per unroll (T)")
+    total_environment_frames: int = _flag(200_000_000, "stop after this many frames over all "
+                                          "learners (frames = agent steps x action repeats)")
+    entropy_cost: float = _flag(0.01, "weight of the entropy bonus")
+    baseline_cost: float = _flag(0.5, "weight of the baseline loss")
+    discounting: float = _flag(0.99, "discount factor gamma")
+    reward_clipping: str = _flag("abs_one", "reward clipping for the loss",
+                                 REWARD_CLIPPING_MODES)
+    gradients_clipping: float = _flag(40.0, "clip gradients to this global norm after the "
+                                      "allreduce; <= 0 disables")
+    learning_rate: float = _flag(0.0006, "RMSProp learning rate, annealed linearly to 0")
+    decay: float = _flag(0.99, "RMSProp decay (alpha)")
+    momentum: float = _flag(0.0, "RMSProp momentum")
+    epsilon: float = _flag(0.01, "RMSProp epsilon")
+    # --- processes and transport -----------------------------------------------------
+    learner_host: str = _flag("127.0.0.1:8001", "ip:port the learner binds and its actors "
+                              "connect to")
+    actor_hosts: str = _flag("", "comma-separated actor ip:ports (informational; kept so "
+                             "the original command lines parse)")
+    num_actors: int = _flag(2, "actor processes started by --job_name=local")
+    num_envs: int = _flag(8, "environments per actor, stepped with one batched forward pass")
+    queue_capacity: int = _flag(2, "batches the learner may hold ready; beyond it actors are "
+                                "pushed back")
+    max_message_mb: float = _flag(64.0, "largest network message accepted, in MiB")
+    learner_device: str = _flag("cpu", "device of the learner", ("cpu", "cuda"))
+    learner_threads: int = _flag(2, "torch threads of the learner")
+    allreduce_backend: str = _flag("horovod", "gradient allreduce between learners",
+                                   ("horovod", "torch", "none"))
+    # --- logs and checkpoints --------------------------------------------------------
+    log_interval_s: float = _flag(5.0, "seconds between logs.csv rows and status lines")
+    checkpoint_interval_s: float = _flag(600.0, "seconds between checkpoints (and one at exit)")
+    test_num_episodes: int = _flag(10, "episodes played by --mode=test")
+
+    def __post_init__(self) -> None:
+        problems = [message for message in self._problems() if message]
+        if problems:
+            raise ValueError("bad flags:\n  " + "\n  ".join(problems))
+
+    def _problems(self):
+        positive = ("num_action_repeats", "width", "height", "batch_size", "unroll_length",
+                    "total_environment_frames", "num_envs", "queue_capacity",
+                    "test_num_episodes", "learner_threads", "max_message_mb",
+                    "log_interval_s", "checkpoint_interval_s")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                yield f"--{name} must be > 0, got {getattr(self, name)}"
+        if self.num_actors < 0:
+            yield f"--num_actors must be >= 0, got {self.num_actors}"
+        if not 0.0 <= self.discounting <= 1.0:
+            yield f"--discounting must be in [0, 1], got {self.discounting}"
+        if self.learning_rate < 0:
+            yield f"--learning_rate must be >= 0, got {self.learning_rate}"
+        try:
+            parse_host_port(self.learner_host)
+        except ValueError as exc:
+            yield f"--learner_host: {exc}"
+        if self.run_name and not re.fullmatch(r"[A-Za-z0-9._-]+", self.run_name):
+            yield f"--run_name may hold letters, digits, '.', '_' and '-' only, got {self.run_name!r}"
+
+    @property
+    def resolved_run_name(self) -> str:
+        if self.run_name:
+            return self.run_name
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.level_name}_{self.agent_name}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_argv(self, **overrides: Any) -> list[str]:
+        """The flags that differ from the defaults, as `--name=value`, for child processes."""
+        values = {**self.to_dict(), **overrides}
+        defaults = Config.__dataclass_fields__
+        return [f"--{name}={value}" for name, value in values.items()
+                if value != defaults[name].default]
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected ip:port, got {text!r}")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"port must be an integer in 1..65535, got {port!r} in {text!r}")
+    return host, int(port)
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """Add one `--name` option per Config field, typed and with its default and help."""
+    for f in dataclasses.fields(Config):
+        kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str)
+                                                          else f.type.__name__]
+        parser.add_argument(
+            f"--{f.name}", type=kind, default=f.default, choices=f.metadata["choices"],
+            help=f"{f.metadata['help']} (default: {f.default})",
+        )
+
+
+def config_from_namespace(namespace: argparse.Namespace) -> Config:
+    names = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: v for k, v in vars(namespace).items() if k in names})
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(
+        prog="experiment.py",
+        description="IMPALA learner, actor, or a whole local run (see README).",
+    )
+    add_config_flags(parser)
+    namespace = parser.parse_args(argv)
+    try:
+        return config_from_namespace(namespace)
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits

@@ -1,0 +1,197 @@
+"""How learners stay in sync: the gradient allreduce and the start-up broadcasts.
+
+Three backends with one interface, chosen by `--allreduce_backend`:
+- `horovod` (default): Horovod ranks started by mpirun, `hvd.DistributedOptimizer`.
+- `torch`: torch.distributed (gloo on CPU, nccl on GPU), initialised from mpirun's variables.
+- `none`: a single learner.
+A learner started outside mpirun (no rank variables) is a single learner whatever the flag.
+
+Every update: average gradients across ranks, clip the *averaged* gradient by global
+norm, step. Nothing here is ever unpickled: counters travel as tensors.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK")
+# How long a rank waits in a collective for a peer that is gone (torch backend).
+COLLECTIVE_TIMEOUT_S = float(os.environ.get("IMPALA_COLLECTIVE_TIMEOUT_S", "120"))
+
+
+def launched_by_mpi() -> bool:
+    return any(name in os.environ for name in RANK_VARIABLES)
+
+
+def clip_and_norm(model: nn.Module, max_norm: float) -> float:
+    """Clip gradients to `max_norm` global norm (<= 0: no clipping); return the norm before."""
+    limit = max_norm if max_norm > 0 else float("inf")
+    return float(nn.utils.clip_grad_norm_(model.parameters(), limit))
+
+
+def parameter_checksum(model: nn.Module) -> float:
+    """float64 sum of every parameter: equal across ranks iff they are (almost surely) in sync."""
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+class SingleLearner:
+    """No peers: the allreduce is the identity."""
+
+    name = "none"
+    rank, size, local_rank = 0, 1, 0
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer
+                ) -> torch.optim.Optimizer:
+        return optimizer
+
+    def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        max_norm: float) -> float:
+        norm = clip_and_norm(model, max_norm)
+        optimizer.step()
+        return norm
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def broadcast_counters(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def shutdown(self) -> None:
+        pass
+
+
+class HorovodBackend:
+    """Horovod, in the order of its PyTorch examples."""
+
+    name = "horovod"
+
+    def __init__(self) -> None:
+        import horovod.torch as hvd
+
+        self.hvd = hvd
+        hvd.init()
+        self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer
+                ) -> torch.optim.Optimizer:
+        hvd = self.hvd
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                        op=hvd.Average)
+
+    def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        max_norm: float) -> float:
+        optimizer.synchronize()  # wait for the averaged gradients...
+        norm = clip_and_norm(model, max_norm)  # ...so the clip sees the global gradient
+        with optimizer.skip_synchronize():
+            optimizer.step()
+        return norm
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        summed = self.hvd.allreduce(torch.from_numpy(np.asarray(values, dtype=np.float64)),
+                                    op=self.hvd.Sum, name="counters")
+        return summed.numpy()
+
+    def broadcast_counters(self, values: np.ndarray) -> np.ndarray:
+        tensor = torch.from_numpy(np.asarray(values, dtype=np.float64).copy())
+        return self.hvd.broadcast(tensor, root_rank=0, name="resume_counters").numpy()
+
+    def shutdown(self) -> None:
+        self.hvd.shutdown()
+
+
+class TorchDistributedBackend:
+    """torch.distributed with the same semantics, ranks taken from mpirun's variables."""
+
+    name = "torch"
+
+    def __init__(self, device: torch.device) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        env = os.environ
+        self.rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
+        self.size = int(env.get("OMPI_COMM_WORLD_SIZE", env.get("PMI_SIZE", "1")))
+        self.local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo",
+            init_method="env://", rank=self.rank, world_size=self.size,
+            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        )
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer
+                ) -> torch.optim.Optimizer:
+        for tensor in model.state_dict().values():
+            self.dist.broadcast(tensor, src=0)
+        _materialise_optimizer_state(model, optimizer)
+        for state in optimizer.state.values():
+            for value in state.values():
+                if torch.is_tensor(value):
+                    self.dist.broadcast(value, src=0)
+        return optimizer
+
+    def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        max_norm: float) -> float:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.dist.all_reduce(flat, op=self.dist.ReduceOp.SUM)
+        flat /= self.size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset: offset + g.numel()].view_as(g))
+            offset += g.numel()
+        norm = clip_and_norm(model, max_norm)
+        optimizer.step()
+        return norm
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        tensor = torch.from_numpy(np.asarray(values, dtype=np.float64).copy())
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
+        return tensor.numpy()
+
+    def broadcast_counters(self, values: np.ndarray) -> np.ndarray:
+        tensor = torch.from_numpy(np.asarray(values, dtype=np.float64).copy())
+        self.dist.broadcast(tensor, src=0)
+        return tensor.numpy()
+
+    def shutdown(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+
+def _materialise_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Give a fresh optimizer its state tensors (a zero-gradient step leaves RMSProp's
+    parameters unchanged) so every rank has the same tensors to receive a broadcast into."""
+    if optimizer.state:
+        return
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+Backend = SingleLearner | HorovodBackend | TorchDistributedBackend
+
+
+def create_backend(name: str, device: torch.device) -> Backend:
+    if name == "none" or not launched_by_mpi():
+        if name != "none":
+            log.info("not started by mpirun: running as a single learner")
+        return SingleLearner()
+    if name == "horovod":
+        return HorovodBackend()
+    if name == "torch":
+        return TorchDistributedBackend(device)
+    raise ValueError(f"unknown allreduce_backend {name!r}; expected horovod, torch or none")

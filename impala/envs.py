@@ -1,0 +1,158 @@
+"""Environment creation: any Gymnasium id, with the DeepMind pipeline for Atari games.
+
+Atari pipeline (Gymnasium's own wrappers where they do the job):
+  up to 30 no-op starts, action repeat with a max over the last two frames, grayscale
+  resized to width x height (AtariPreprocessing) -> FIRE on reset for games that need it
+  -> a life lost is flagged in `info["life_lost"]` (the learner treats it as an episode end;
+  the game itself goes on) -> whole-game statistics in `info["episode"]` -> 4 stacked
+  frames, channel-first uint8 `[4, height, width]`.
+
+Episode statistics (`info["episode"]["r"]`, `["l"]`) are the raw, unclipped game score
+and the number of agent steps over all lives, so they compare with published numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, RecordEpisodeStatistics
+
+FRAME_STACK = 4
+NOOP_MAX = 30
+
+_ale_registered = False
+
+
+def _register_ale() -> None:
+    global _ale_registered
+    if not _ale_registered:
+        import ale_py
+
+        gym.register_envs(ale_py)
+        _ale_registered = True
+
+
+def is_atari(level_name: str) -> bool:
+    """True for ids served by ALE (PongNoFrameskip-v4, ALE/Pong-v5, ...)."""
+    _register_ale()
+    try:
+        spec = gym.spec(level_name)
+    except gym.error.Error as exc:
+        raise ValueError(f"unknown level_name {level_name!r}: {exc}") from None
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    return entry.startswith("ale_py")
+
+
+class FireOnReset(gym.Wrapper):
+    """Press FIRE after reset in games that stand still until it is pressed (Breakout...)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE")
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(self.fire_action)
+        if terminated or truncated:  # practically never, but never hand out a finished game
+            obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+class LifeLossSignal(gym.Wrapper):
+    """Set `info["life_lost"]` on the step where a life is lost while the game goes on.
+
+    The actor reports such a step as an episode end to the learner during training (the
+    DeepMind "end of life as end of episode" heuristic) without resetting the game.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self.lives = int(info.get("lives", 0))
+        info["life_lost"] = False
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        info["life_lost"] = bool(lives < self.lives and not (terminated or truncated))
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    level_name: str
+    num_action_repeats: int = 4
+    width: int = 84
+    height: int = 84
+
+
+def create_env(settings: EnvSettings, seed: int | None = None,
+               render_mode: str | None = None) -> gym.Env:
+    """Make one environment; see the module docstring for what Atari ids get."""
+    if is_atari(settings.level_name):
+        env = _create_atari(settings, render_mode)
+    else:
+        env = gym.make(settings.level_name, render_mode=render_mode)
+        env = RecordEpisodeStatistics(env)
+    if seed is not None:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    return env
+
+
+def _create_atari(settings: EnvSettings, render_mode: str | None) -> gym.Env:
+    if settings.num_action_repeats < 1:
+        raise ValueError(f"num_action_repeats must be >= 1, got {settings.num_action_repeats}")
+    # The ALE must not skip frames itself: AtariPreprocessing does the repeat and max-pool.
+    env = gym.make(settings.level_name, frameskip=1, render_mode=render_mode)
+    env = AtariPreprocessing(
+        env,
+        noop_max=NOOP_MAX,
+        frame_skip=settings.num_action_repeats,
+        screen_size=(settings.width, settings.height),
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+        scale_obs=False,
+    )
+    if "FIRE" in env.unwrapped.get_action_meanings():
+        env = FireOnReset(env)
+    env = LifeLossSignal(env)
+    env = RecordEpisodeStatistics(env)
+    return FrameStackObservation(env, FRAME_STACK)
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    observation_shape: tuple[int, ...]
+    observation_dtype: np.dtype
+    num_actions: int
+    frames_per_step: int  # the action repeat for Atari, 1 otherwise
+
+
+def describe_env(settings: EnvSettings) -> EnvInfo:
+    """Observation shape/dtype and action count, so learners can build nets without stepping."""
+    env = create_env(settings)
+    try:
+        if not isinstance(env.action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"{settings.level_name}: IMPALA here needs a discrete action space, "
+                f"got {env.action_space}"
+            )
+        space = env.observation_space
+        return EnvInfo(
+            observation_shape=tuple(space.shape),
+            observation_dtype=np.dtype(space.dtype),
+            num_actions=int(env.action_space.n),
+            frames_per_step=settings.num_action_repeats if is_atari(settings.level_name) else 1,
+        )
+    finally:
+        env.close()

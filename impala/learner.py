@@ -1,0 +1,399 @@
+"""The learner: consume unrolls from its actors, compute the IMPALA loss, keep in sync with
+the other learners through the allreduce backend, and publish new weights.
+
+Two threads: `UnrollReceiver` reads the socket, validates each message and copies it
+straight into a preallocated batch (so the next batch is assembled while the current one
+trains) and answers weight requests; the training loop in `Learner.run` does the updates.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from impala import checkpoint
+from impala.config import Config, parse_host_port
+from impala.distributed import Backend, parameter_checksum
+from impala.envs import EnvSettings, describe_env
+from impala.logs import (
+    EPISODE_COLUMNS,
+    LOG_COLUMNS,
+    RANK_COLUMNS,
+    CsvLog,
+    RunMeta,
+    TensorBoard,
+    status_line,
+)
+from impala.losses import LossSettings, impala_loss
+from impala.nets import Agent, create_agent
+from impala.rollout import (
+    Batch,
+    BatchQueue,
+    UnrollLayout,
+    batch_to_device,
+    core_shapes_of,
+    parse_unroll_meta,
+)
+from impala.transport import DropLog, FieldSpec, LearnerSocket, WireError, decode, encode
+
+log = logging.getLogger("learner")
+
+# The control vector allreduced before every update (one small collective per update).
+STOP, FRAMES, RETURN_SUM, LENGTH_SUM, EPISODES, LOG_NOW, CHECKPOINT_NOW = range(7)
+
+
+def weights_schema(model: nn.Module) -> dict[str, FieldSpec]:
+    return {name: FieldSpec(str(t.dtype).removeprefix("torch."), tuple(t.shape))
+            for name, t in model.state_dict().items()}
+
+
+def weights_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    """A copy of the weights as numpy arrays (the optimizer changes the originals in place)."""
+    return {name: t.detach().to("cpu", copy=True).numpy()
+            for name, t in model.state_dict().items()}
+
+
+class UnrollReceiver(threading.Thread):
+    """Socket thread: unrolls into the BatchQueue, weight requests answered from `publish`."""
+
+    def __init__(self, sock: LearnerSocket, layout: UnrollLayout, batches: BatchQueue,
+                 max_bytes: int, name: str) -> None:
+        super().__init__(name="unroll-receiver", daemon=True)
+        self.sock = sock
+        self.layout = layout
+        self.batches = batches
+        self.max_bytes = max_bytes
+        self.learner_name = name
+        self.schemas = {"unroll": layout.schema(), "weights_request": None}
+        self.drops = DropLog(log.warning)
+        self.stop_event = threading.Event()
+        self.unrolls = 0
+        self.senders: set[str] = set()
+        self._weights: tuple[int, list[Any]] | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
+        frames = encode("weights", self.learner_name, arrays, version=version)
+        with self._lock:
+            self._weights = (version, frames)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            received = self.sock.receive(timeout_ms=100)
+            if received is None:
+                continue
+            identity, frames = received
+            try:
+                message = decode(frames, self.schemas, self.max_bytes)
+                if message.kind == "unroll":
+                    self._take_unroll(message)
+                else:
+                    self._answer_weights_request(identity, message.meta)
+            except WireError as exc:
+                self.drops.drop(_peer_label(identity, frames), str(exc))
+
+    def _take_unroll(self, message) -> None:
+        version, episodes = parse_unroll_meta(message, max_episodes=self.layout.unroll_length + 1)
+        if self.batches.add(message, version, episodes, self.stop_event):
+            self.unrolls += 1
+            self.senders.add(message.sender)
+
+    def _answer_weights_request(self, identity: bytes, meta: dict[str, Any]) -> None:
+        have = meta.get("version")
+        if not isinstance(have, int) or isinstance(have, bool):
+            raise WireError("weights_request meta.version must be an integer")
+        with self._lock:
+            current = self._weights
+        if current is None or current[0] == have:
+            self.sock.send(identity, encode("no_update", self.learner_name,
+                                            version=current[0] if current else -1))
+        else:
+            self.sock.send(identity, current[1])
+
+
+def _peer_label(identity: bytes, frames: list[Any]) -> str:
+    try:
+        address = frames[0].get("Peer-Address")
+    except Exception:  # noqa: BLE001 - a label only; any failure just omits the address
+        address = "?"
+    return f"peer {identity.hex()} at {address}"
+
+
+def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
+               batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
+               settings: LossSettings, max_grad_norm: float) -> dict[str, float]:
+    """One update on a batch of `[T+1, B, ...]` tensors; returns the logged scalars."""
+    output, _ = model(batch["observation"], batch["last_action"], batch["reward"],
+                      batch["done"], core_state)
+    stats = impala_loss(
+        target_logits=output.policy_logits, baseline=output.baseline,
+        behavior_logits=batch["policy_logits"], actions=batch["action"],
+        rewards=batch["reward"], done=batch["done"], settings=settings,
+    )
+    optimizer.zero_grad(set_to_none=True)
+    stats.total_loss.backward()
+    grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
+    return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
+            "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
+            "grad_norm": grad_norm}
+
+
+@dataclass
+class Counters:
+    frames: int = 0
+    updates: int = 0
+    version: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"frames": self.frames, "updates": self.updates, "version": self.version}
+
+
+@dataclass
+class IntervalStats:
+    """What accumulates between two log rows."""
+
+    start_time: float = field(default_factory=time.time)
+    start_frames: int = 0
+    local_frames: int = 0
+    return_sum: float = 0.0
+    length_sum: float = 0.0
+    episodes: float = 0.0
+    lags: list[float] = field(default_factory=list)
+    last: dict[str, float] = field(default_factory=dict)
+
+
+class Learner:
+    def __init__(self, cfg: Config, backend: Backend) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.rank = backend.rank
+        self.is_chief = backend.rank == 0
+        self.stop_requested = threading.Event()
+        self.device = torch.device(
+            f"cuda:{backend.local_rank}" if cfg.learner_device == "cuda" else "cpu")
+        torch.set_num_threads(cfg.learner_threads)
+        torch.manual_seed(cfg.seed)
+        self.run_dir = Path(cfg.logdir) / cfg.resolved_run_name
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_path = self.run_dir / checkpoint.CHECKPOINT_NAME
+
+        env_info = describe_env(EnvSettings(cfg.level_name, cfg.num_action_repeats,
+                                            cfg.width, cfg.height))
+        self.model = create_agent(cfg.agent_name, env_info.observation_shape,
+                                  env_info.num_actions).to(self.device)
+        self.layout = UnrollLayout(
+            unroll_length=cfg.unroll_length,
+            observation_shape=env_info.observation_shape,
+            observation_dtype=env_info.observation_dtype.name,
+            num_actions=env_info.num_actions,
+            core_shapes=core_shapes_of(self.model.initial_state(1)),
+        )
+        # Frames this learner consumes per update (agent steps x action repeat).
+        self.frames_per_update = cfg.batch_size * cfg.unroll_length * env_info.frames_per_step
+        self.frames_per_step = env_info.frames_per_step
+        self.loss_settings = LossSettings(cfg.discounting, cfg.baseline_cost,
+                                          cfg.entropy_cost, cfg.reward_clipping)
+        optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.learning_rate,
+                                        alpha=cfg.decay, momentum=cfg.momentum,
+                                        eps=cfg.epsilon)
+        self.counters = self._restore(optimizer)
+        self.optimizer = backend.prepare(self.model, optimizer)
+
+    # ----------------------------------------------------------------------- start-up
+    def _restore(self, optimizer: torch.optim.Optimizer) -> Counters:
+        """Rank 0 reads the checkpoint; the counters reach every rank by broadcast, the
+        weights and optimizer state by `backend.prepare`."""
+        counters = Counters()
+        if self.is_chief and self.checkpoint_path.exists():
+            state = checkpoint.load(self.checkpoint_path, self.cfg.to_dict())
+            checkpoint.restore_model(self.model, state, self.checkpoint_path)
+            if state.get("optimizer"):
+                optimizer.load_state_dict(state["optimizer"])
+            counters = Counters(**state["counters"])
+            log.info("resumed from %s at %d frames, %d updates", self.checkpoint_path,
+                     counters.frames, counters.updates)
+        values = self.backend.broadcast_counters(
+            np.array([counters.frames, counters.updates, counters.version], dtype=np.float64))
+        return Counters(*(int(v) for v in values))
+
+    def save_checkpoint(self) -> None:
+        if not self.is_chief:
+            return
+        checkpoint.save(self.checkpoint_path, self.model, self.optimizer,
+                        self.counters.as_dict(), self.cfg.to_dict())
+        log.info("checkpoint saved at %d frames: %s", self.counters.frames, self.checkpoint_path)
+
+    # ----------------------------------------------------------------------- main loop
+    def run(self) -> str:
+        """Train until the frame budget or a stop request; returns the exit status."""
+        cfg = self.cfg
+        host, port = parse_host_port(cfg.learner_host)
+        max_bytes = int(cfg.max_message_mb * 2**20)
+        sock = LearnerSocket(host, port, max_bytes,
+                             receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size)
+        batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity)
+        receiver = self.receiver = UnrollReceiver(sock, self.layout, batches, max_bytes,
+                                                  name=f"learner-{self.rank}")
+        receiver.publish(self.counters.version, weights_arrays(self.model))
+        receiver.start()
+        log.info("learner %d/%d listening on %s (%s, %s, batch %d x T=%d)", self.rank,
+                 self.backend.size, sock.address, cfg.agent_name, cfg.level_name,
+                 cfg.batch_size, cfg.unroll_length)
+
+        writers = self._open_writers()
+        meta = RunMeta(self.run_dir, cfg.to_dict(), role="learner") if self.is_chief else None
+        status = "error"
+        try:
+            status = self._loop(receiver, batches, writers)
+        finally:
+            receiver.stop_event.set()
+            receiver.join(timeout=5)
+            sock.close()
+            self.save_checkpoint()
+            for writer in writers.values():
+                writer.close()
+            if meta is not None:
+                meta.finish(status, frames=self.counters.frames, updates=self.counters.updates)
+        return status
+
+    def _open_writers(self) -> dict[str, Any]:
+        writers: dict[str, Any] = {
+            "rank": CsvLog(self.run_dir / f"learner-{self.rank}.csv", RANK_COLUMNS),
+            "episodes": CsvLog(self.run_dir / f"episodes-{self.rank}.csv", EPISODE_COLUMNS),
+        }
+        if self.is_chief:
+            writers["logs"] = CsvLog(self.run_dir / "logs.csv", LOG_COLUMNS)
+            writers["tensorboard"] = TensorBoard(self.run_dir)
+        return writers
+
+    def _loop(self, receiver: UnrollReceiver, batches: BatchQueue,
+              writers: dict[str, Any]) -> str:
+        cfg = self.cfg
+        interval = IntervalStats(start_frames=self.counters.frames)
+        run_start, run_start_frames = time.time(), self.counters.frames
+        last_checkpoint = time.time()
+        waiting_since = time.time()
+        while True:
+            batch = None if self.stop_requested.is_set() else batches.get(timeout=1.0)
+            if batch is None and not self.stop_requested.is_set():
+                if time.time() - waiting_since > 30:
+                    log.info("waiting for unrolls on %s (%d received so far)",
+                             receiver.sock.address, receiver.unrolls)
+                    waiting_since = time.time()
+                continue
+            waiting_since = time.time()
+            now = time.time()
+            control = self._control(
+                batch,
+                log_now=now - interval.start_time >= cfg.log_interval_s,
+                checkpoint_now=now - last_checkpoint >= cfg.checkpoint_interval_s,
+            )
+            if control[STOP] > 0:
+                if batch is not None:
+                    batches.release(batch)
+                return "stopped"
+            stats = self._update(batch, interval, writers["episodes"])
+            batches.release(batch)
+            self._accumulate(interval, control, stats)
+            if control[LOG_NOW] > 0:
+                self._write_logs(interval, receiver, batches, writers, run_start, run_start_frames)
+                interval = IntervalStats(start_frames=self.counters.frames)
+            if control[CHECKPOINT_NOW] > 0:
+                self.save_checkpoint()
+                last_checkpoint = time.time()
+            if self.counters.frames >= cfg.total_environment_frames:
+                self._write_logs(interval, receiver, batches, writers, run_start, run_start_frames)
+                log.info("reached %d frames: done", self.counters.frames)
+                return "finished"
+
+    def _control(self, batch: Batch | None, log_now: bool, checkpoint_now: bool) -> np.ndarray:
+        """Allreduce what every rank must agree on before an update."""
+        vector = np.zeros(7)
+        vector[STOP] = float(batch is None or self.stop_requested.is_set())
+        if batch is not None:
+            vector[FRAMES] = self.frames_per_update
+            vector[RETURN_SUM] = sum(batch.episodes.returns)
+            vector[LENGTH_SUM] = sum(batch.episodes.lengths)
+            vector[EPISODES] = len(batch.episodes.returns)
+        if self.is_chief:  # rank 0's clock decides, so all ranks log and save together
+            vector[LOG_NOW] = float(log_now)
+            vector[CHECKPOINT_NOW] = float(checkpoint_now)
+        return self.backend.allreduce_sum(vector)
+
+    def _update(self, batch: Batch, interval: IntervalStats, episode_log: CsvLog
+                ) -> dict[str, float]:
+        cfg = self.cfg
+        progress = min(1.0, self.counters.frames / cfg.total_environment_frames)
+        learning_rate = cfg.learning_rate * (1.0 - progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        tensors = batch_to_device(batch, self.device)
+        core = tuple(t.to(self.device) for t in batch.core_state())
+        stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
+                           self.loss_settings, cfg.gradients_clipping)
+        stats["learning_rate"] = learning_rate
+        interval.lags.append(self.counters.version - float(np.mean(batch.policy_versions)))
+        now = time.time()
+        for episode_return, length in zip(batch.episodes.returns, batch.episodes.lengths,
+                                          strict=True):
+            episode_log.write({"time": now, "frames": self.counters.frames,
+                               "episode_return": episode_return, "episode_length": length})
+        return stats
+
+    def _accumulate(self, interval: IntervalStats, control: np.ndarray,
+                    stats: dict[str, float]) -> None:
+        self.counters.frames += int(control[FRAMES])
+        self.counters.updates += 1
+        self.counters.version += 1
+        interval.local_frames += self.frames_per_update
+        interval.return_sum += control[RETURN_SUM]
+        interval.length_sum += control[LENGTH_SUM]
+        interval.episodes += control[EPISODES]
+        interval.last = stats
+        self.receiver.publish(self.counters.version, weights_arrays(self.model))
+
+    def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
+                    writers: dict[str, Any], run_start: float, run_start_frames: int) -> None:
+        now = time.time()
+        elapsed = max(now - interval.start_time, 1e-9)
+        writers["rank"].write({
+            "time": now, "updates": self.counters.updates, "frames": self.counters.frames,
+            "local_frames": interval.local_frames,
+            "local_sps": interval.local_frames / self.frames_per_step / elapsed,
+            "param_checksum": parameter_checksum(self.model),
+        })
+        if not self.is_chief:
+            return
+        episodes = int(interval.episodes)
+        row = {
+            "time": now, "frames": self.counters.frames,
+            "sps": (self.counters.frames - interval.start_frames)
+            / self.frames_per_step / elapsed,
+            "updates": self.counters.updates, "episodes": episodes,
+            "mean_episode_return": interval.return_sum / episodes if episodes else None,
+            "mean_episode_length": interval.length_sum / episodes if episodes else None,
+            **interval.last,
+            "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
+            "queue_depth": batches.depth(), "dropped_messages": receiver.drops.total,
+        }
+        writers["logs"].write(row)
+        writers["tensorboard"].write(row, self.counters.frames)
+        if interval.last:
+            log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
+                                 run_start_frames))
+
+
+def run_learner(cfg: Config, backend: Backend, stop: threading.Event | None = None) -> str:
+    """Build a learner, train, and return its exit status (finished, stopped or error)."""
+    learner = Learner(cfg, backend)
+    if stop is not None:
+        learner.stop_requested = stop
+    return learner.run()

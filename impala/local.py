@@ -1,0 +1,88 @@
+"""`--job_name=local`: one learner in this process and `--num_actors` actor processes,
+each restarted by a supervisor if it dies, for single-host runs and tests."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from impala.config import Config
+
+log = logging.getLogger("local")
+
+RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
+
+
+def actor_command(cfg: Config, task: int) -> list[str]:
+    """The command line of actor `task`, carrying every non-default flag of this run."""
+    argv = cfg.to_argv(job_name="actor", task=task)
+    return [sys.executable, "-m", "impala.cli", *argv]
+
+
+class ActorSupervisor(threading.Thread):
+    """Starts the actors, restarts any that dies (with backoff), stops them all at the end.
+
+    Actors get sessions of their own, so a Ctrl-C in the terminal reaches only the learner,
+    which then stops them here: exactly the processes this run started.
+    """
+
+    def __init__(self, cfg: Config, run_dir: Path) -> None:
+        super().__init__(name="actor-supervisor", daemon=True)
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.restarts: dict[int, int] = {}
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def _start(self, task: int) -> None:
+        log_file = open(self.run_dir / f"actor-{task}.log", "ab")  # noqa: SIM115 - child owns it
+        proc = subprocess.Popen(actor_command(self.cfg, task), stdout=log_file,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        log_file.close()
+        self.procs[task] = proc
+        log.info("started actor %d (pid %d), log %s", task, proc.pid,
+                 self.run_dir / f"actor-{task}.log")
+
+    def run(self) -> None:
+        with self._lock:
+            for task in range(self.cfg.num_actors):
+                self._start(task)
+        next_start: dict[int, float] = {}
+        while not self.stopping.wait(0.5):
+            with self._lock:
+                for task, proc in list(self.procs.items()):
+                    if proc.poll() is None or self.stopping.is_set():
+                        continue
+                    if task not in next_start:
+                        count = self.restarts.get(task, 0)
+                        delay = RESTART_BACKOFF_S[min(count, len(RESTART_BACKOFF_S) - 1)]
+                        log.warning("actor %d exited with %s; restarting in %d s", task,
+                                    proc.returncode, delay)
+                        next_start[task] = time.time() + delay
+                    elif time.time() >= next_start.pop(task):
+                        self.restarts[task] = self.restarts.get(task, 0) + 1
+                        self._start(task)
+
+    def alive(self) -> int:
+        return sum(1 for p in self.procs.values() if p.poll() is None)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.stopping.set()
+        with self._lock:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.terminate()
+            deadline = time.time() + timeout_s
+            for task, proc in self.procs.items():
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    log.warning("actor %d did not stop on SIGTERM; killing it", task)
+                    proc.kill()
+                    proc.wait()

@@ -1,0 +1,188 @@
+"""The run directory and everything written into it.
+
+<logdir>/<run_name>/
+  meta.json          flags, git commit and dirty flag, hosts, start/end time, exit status
+  logs.csv           one row per logging interval (rank 0), flushed as written
+  learner-<r>.csv    per-rank throughput and parameter checksum (sync can be checked)
+  episodes-<r>.csv   every finished episode seen by learner r (raw return and length)
+  events.out.tfevents.*  TensorBoard scalars (rank 0)
+  checkpoint.pt      see checkpoint.py
+  *.log              one log file per process
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LOG_COLUMNS = [
+    "time", "frames", "sps", "updates", "episodes", "mean_episode_return",
+    "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
+    "learning_rate", "policy_lag", "queue_depth", "dropped_messages",
+]
+RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
+EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
+
+SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+def setup_logging(log_file: Path | None, name: str) -> logging.Logger:
+    """Log to stderr and, if given, to `log_file` (appending, so resumes keep history)."""
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.handlers.clear()
+    formatter = logging.Formatter(f"%(asctime)s {name} %(levelname)s %(message)s", "%H:%M:%S")
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(formatter)
+    root.addHandler(console)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    return logging.getLogger(name)
+
+
+def git_state(repo: Path) -> dict[str, Any]:
+    """The commit and whether the tree is dirty; nothing if this is not a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None, "git_dirty": None}
+    return {"git_commit": commit or None, "git_dirty": dirty if commit else None}
+
+
+def redact(flags: dict[str, Any]) -> dict[str, Any]:
+    """Drop anything that looks like a secret before it is written anywhere."""
+    return {k: v for k, v in flags.items() if not any(w in k.lower() for w in SECRET_WORDS)}
+
+
+class RunMeta:
+    """meta.json: written at start, completed with end time and exit status at the end."""
+
+    def __init__(self, run_dir: Path, flags: dict[str, Any], role: str,
+                 hosts: list[str] | None = None) -> None:
+        self.path = run_dir / "meta.json"
+        previous = self._read()
+        repo = Path(__file__).resolve().parent.parent
+        self.data = {
+            "flags": redact(flags),
+            "role": role,
+            "host": socket.gethostname(),
+            "hosts": hosts or [],
+            "python": sys.version.split()[0],
+            **git_state(repo),
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "end_time": None,
+            "exit_status": "running",
+            "starts": previous.get("starts", 0) + 1,
+        }
+        self._write()
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.path)
+
+    def finish(self, exit_status: str, **extra: Any) -> None:
+        self.data.update(end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         exit_status=exit_status, **extra)
+        self._write()
+
+
+class CsvLog:
+    """Append rows to a CSV with a fixed header, flushing each row (nothing lost on a crash)."""
+
+    def __init__(self, path: Path, columns: list[str]) -> None:
+        self.columns = columns
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", newline="")  # noqa: SIM115 - closed in close()
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
+        if new:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._writer.writerow({k: _format(row.get(k)) for k in self.columns})
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _format(value: Any) -> Any:
+    if isinstance(value, float):
+        return repr(value)  # full precision: checksums are compared across ranks
+    return "" if value is None else value
+
+
+class TensorBoard:
+    """Scalars by global frame count; a no-op where tensorboard is not importable."""
+
+    def __init__(self, run_dir: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # pragma: no cover - tensorboard is a dependency
+            self._writer = None
+            return
+        self._writer = SummaryWriter(log_dir=str(run_dir))
+
+    def write(self, row: dict[str, Any], step: int) -> None:
+        if self._writer is None:
+            return
+        for key, value in row.items():
+            if key not in ("time", "frames") and isinstance(value, int | float):
+                self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def status_line(row: dict[str, Any], total_frames: int, elapsed_s: float,
+                start_frames: int) -> str:
+    """`frames 1.2M/200M (0.6%) | ETA 3h12m | SPS 1,850 | return -20.1 (12 eps)`."""
+    frames = row["frames"]
+    done = frames - start_frames
+    rate = done / elapsed_s if elapsed_s > 0 else 0.0
+    eta = (total_frames - frames) / rate if rate > 0 else float("inf")
+    mean_return = row.get("mean_episode_return")
+    shown_return = "n/a" if mean_return is None else f"{mean_return:.1f}"
+    return (f"frames {_human(frames)}/{_human(total_frames)} "
+            f"({100.0 * frames / total_frames:.1f}%) | ETA {_duration(eta)} | "
+            f"SPS {row['sps']:,.0f} | return {shown_return} ({row['episodes']} eps) | "
+            f"lag {row['policy_lag']:.1f} | loss {row['total_loss']:.3g}")
+
+
+def _human(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "?"
+    minutes, _ = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{int(seconds) % 60:02d}s"

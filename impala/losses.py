@@ -1,0 +1,119 @@
+"""IMPALA's loss terms and reward clipping, as pure functions of time-major tensors.
+
+`impala_loss` turns one learner forward pass over a batch of unrolls into the scalar
+loss that is minimised, following the T+1 convention: step 0 of every unroll repeats the
+last step of the previous one, so agent outputs use steps [0, T) and environment outputs
+(rewards, done flags) steps [1, T].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from impala import vtrace
+
+REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
+
+
+def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
+    """Clip rewards of any shape.
+
+    - `abs_one`: to [-1, 1].
+    - `soft_asymmetric` (scalable_agent): 5 * tanh(r / 5), with negative rewards scaled by 0.3.
+    - `none`: unchanged.
+    """
+    if mode == "abs_one":
+        return rewards.clamp(-1.0, 1.0)
+    if mode == "soft_asymmetric":
+        squeezed = torch.tanh(rewards / 5.0)
+        return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+    if mode == "none":
+        return rewards
+    raise ValueError(f"reward_clipping must be one of {REWARD_CLIPPING_MODES}, got {mode!r}")
+
+
+def policy_gradient_loss(
+    policy_logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor
+) -> torch.Tensor:
+    """-sum(log pi(a_t|x_t) * A_t) over [T, B]; logits [T, B, A], actions and advantages [T, B]."""
+    cross_entropy = F.cross_entropy(
+        policy_logits.flatten(0, 1), actions.flatten(0, 1).long(), reduction="none"
+    ).view_as(advantages)
+    return torch.sum(cross_entropy * advantages.detach())
+
+
+def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
+    """0.5 * sum((v_s - V(x_s))^2); advantages [T, B] = vs - values."""
+    return 0.5 * torch.sum(advantages**2)
+
+
+def entropy_loss(policy_logits: torch.Tensor) -> torch.Tensor:
+    """Negative entropy summed over [T, B]: minimising it raises the policy's entropy."""
+    log_policy = F.log_softmax(policy_logits, dim=-1)
+    return torch.sum(log_policy.exp() * log_policy)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    discounting: float = 0.99
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+    reward_clipping: str = "abs_one"
+
+
+class LossStats(NamedTuple):
+    total_loss: torch.Tensor  # scalar, with gradient
+    pg_loss: float
+    baseline_loss: float
+    entropy: float  # mean policy entropy per step (nats), for logging
+
+
+def impala_loss(
+    target_logits: torch.Tensor,
+    baseline: torch.Tensor,
+    behavior_logits: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    done: torch.Tensor,
+    settings: LossSettings,
+) -> LossStats:
+    """The IMPALA loss over a batch of T+1-step unrolls.
+
+    Args:
+      target_logits: [T+1, B, A] learner policy logits.
+      baseline: [T+1, B] learner value estimates.
+      behavior_logits: [T+1, B, A] the actors' logits when they acted.
+      actions: [T+1, B] actions taken at each step.
+      rewards: [T+1, B] reward received on arriving at each step (raw; clipped here).
+      done: [T+1, B] True where the step begins a new episode (the previous one ended).
+    """
+    bootstrap_value = baseline[-1]
+    target_logits, baseline = target_logits[:-1], baseline[:-1]
+    behavior_logits, actions = behavior_logits[:-1], actions[:-1]
+    rewards = clip_rewards(rewards[1:].float(), settings.reward_clipping)
+    discounts = (~done[1:].bool()).float() * settings.discounting
+
+    returns = vtrace.from_logits(
+        behavior_policy_logits=behavior_logits,
+        target_policy_logits=target_logits,
+        actions=actions,
+        discounts=discounts,
+        rewards=rewards,
+        values=baseline,
+        bootstrap_value=bootstrap_value,
+    )
+    pg = policy_gradient_loss(target_logits, actions, returns.pg_advantages)
+    value = baseline_loss(returns.vs - baseline)
+    neg_entropy = entropy_loss(target_logits)
+    total = pg + settings.baseline_cost * value + settings.entropy_cost * neg_entropy
+    steps = actions.numel()
+    return LossStats(
+        total_loss=total,
+        pg_loss=pg.item(),
+        baseline_loss=value.item(),
+        entropy=-neg_entropy.item() / steps,
+    )

@@ -1,0 +1,241 @@
+"""IMPALA agents: a torso, then the one-hot last action and clipped reward, then (optionally)
+an LSTM core, then policy and baseline heads.
+
+Every agent has one interface, on time-major inputs:
+  forward(observation [T, B, *obs], last_action [T, B], reward [T, B], done [T, B],
+          core_state) -> (AgentOutput(policy_logits [T, B, A], baseline [T, B], action [T, B]),
+                          new core_state)
+`initial_state(batch_size)` gives the core state to start from: an empty tuple for
+feed-forward agents, `(h, c)` each `[num_layers, B, hidden]` for the LSTM agent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CoreState = tuple[torch.Tensor, ...]
+
+
+class AgentOutput(NamedTuple):
+    policy_logits: torch.Tensor  # [T, B, A]
+    baseline: torch.Tensor  # [T, B]
+    action: torch.Tensor  # [T, B] int64, sampled from the policy (or greedy)
+
+
+class Agent(nn.Module):
+    """Base class: subclasses define `torso` ([N, *obs] float -> [N, F]) and `torso_size`."""
+
+    torso_size: int
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
+        super().__init__()
+        self.observation_shape = tuple(observation_shape)
+        self.num_actions = num_actions
+        self.greedy = False  # True: take the most likely action instead of sampling
+
+    # Subclasses that have a recurrent core override these two.
+    def initial_state(self, batch_size: int) -> CoreState:
+        return ()
+
+    def core(
+        self, features: torch.Tensor, done: torch.Tensor, core_state: CoreState
+    ) -> tuple[torch.Tensor, CoreState]:
+        """features [T, B, F] -> ([T, B, F'], core_state); feed-forward by default."""
+        return features, core_state
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _build_heads(self, core_output_size: int) -> None:
+        self.policy = nn.Linear(core_output_size, self.num_actions)
+        self.baseline = nn.Linear(core_output_size, 1)
+
+    def forward(
+        self,
+        observation: torch.Tensor,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        core_state: CoreState = (),
+    ) -> tuple[AgentOutput, CoreState]:
+        if observation.dim() != 2 + len(self.observation_shape):
+            raise ValueError(
+                f"{type(self).__name__}: observation must be [T, B, {self.observation_shape}], "
+                f"got {tuple(observation.shape)}"
+            )
+        T, B = observation.shape[:2]
+        x = observation.flatten(0, 1)
+        # uint8 frames are scaled here so actors and the wire can stay in uint8.
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        features = self.torso(x)
+        one_hot_last_action = F.one_hot(last_action.flatten(0, 1).long(), self.num_actions)
+        clipped_reward = reward.flatten(0, 1).float().clamp(-1, 1).unsqueeze(-1)
+        features = torch.cat([features, one_hot_last_action.float(), clipped_reward], dim=-1)
+        core_output, core_state = self.core(features.view(T, B, -1), done, core_state)
+        core_output = core_output.flatten(0, 1)
+
+        policy_logits = self.policy(core_output)
+        baseline = self.baseline(core_output).squeeze(-1)
+        if self.greedy:
+            action = policy_logits.argmax(dim=-1)
+        else:
+            action = torch.multinomial(F.softmax(policy_logits, dim=-1), num_samples=1).squeeze(-1)
+        return (
+            AgentOutput(
+                policy_logits=policy_logits.view(T, B, self.num_actions),
+                baseline=baseline.view(T, B),
+                action=action.view(T, B),
+            ),
+            core_state,
+        )
+
+
+class MLPAgent(Agent):
+    """Two tanh layers of 64 for vector observations (CartPole and friends)."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 hidden_size: int = 64) -> None:
+        super().__init__(observation_shape, num_actions)
+        inputs = math.prod(observation_shape)
+        self.torso_size = hidden_size
+        self.mlp = nn.Sequential(
+            nn.Linear(inputs, hidden_size), nn.Tanh(),
+            nn.Linear(hidden_size, hidden_size), nn.Tanh(),
+        )
+        self._build_heads(hidden_size + num_actions + 1)
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x.flatten(1))
+
+
+class SimpleConvNetAgent(Agent):
+    """Nature-DQN convolutions (32x8s4, 64x4s2, 64x3s1) and a fully connected layer of 512."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
+        super().__init__(observation_shape, num_actions)
+        channels = observation_shape[0]
+        self.convs = nn.Sequential(
+            nn.Conv2d(channels, 32, kernel_size=8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        conv_out = _flat_size(self.convs, observation_shape)
+        self.fc = nn.Sequential(nn.Linear(conv_out, 512), nn.ReLU())
+        self.torso_size = 512
+        self._build_heads(512 + num_actions + 1)
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(x))
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv0(F.relu(x))
+        out = self.conv1(F.relu(out))
+        return x + out
+
+
+class _ResNetTorso(nn.Module):
+    """IMPALA's deep torso: per section a conv, a 3x3/2 max-pool and two residual blocks."""
+
+    def __init__(self, observation_shape: tuple[int, ...], sections=(16, 32, 32),
+                 fc_size: int = 256) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        in_channels = observation_shape[0]
+        for out_channels in sections:
+            layers += [
+                nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
+                nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+                _ResidualBlock(out_channels),
+                _ResidualBlock(out_channels),
+            ]
+            in_channels = out_channels
+        layers += [nn.ReLU(), nn.Flatten()]
+        self.sections = nn.Sequential(*layers)
+        self.fc = nn.Sequential(
+            nn.Linear(_flat_size(self.sections, observation_shape), fc_size), nn.ReLU()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.sections(x))
+
+
+class ResNetAgent(Agent):
+    """IMPALA deep ResNet (16, 32, 32) with an FC of 256, no recurrence."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
+        super().__init__(observation_shape, num_actions)
+        self.resnet = _ResNetTorso(observation_shape)
+        self.torso_size = 256
+        self._build_heads(256 + num_actions + 1)
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        return self.resnet(x)
+
+
+class ResNetLSTMAgent(ResNetAgent):
+    """The deep ResNet followed by an LSTM of 256 whose state is reset where `done` is set."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 lstm_size: int = 256) -> None:
+        super().__init__(observation_shape, num_actions)
+        self.lstm = nn.LSTM(256 + num_actions + 1, lstm_size, num_layers=1)
+        self._build_heads(lstm_size)
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        shape = (self.lstm.num_layers, batch_size, self.lstm.hidden_size)
+        return (torch.zeros(shape), torch.zeros(shape))
+
+    def core(
+        self, features: torch.Tensor, done: torch.Tensor, core_state: CoreState
+    ) -> tuple[torch.Tensor, CoreState]:
+        """features [T, B, F]; done [T, B]; state (h, c) each [layers, B, H] -> [T, B, H]."""
+        outputs = []
+        h, c = core_state
+        not_done = (~done.bool()).float()
+        # Step by step so the state can be zeroed at episode starts inside the unroll.
+        for t in range(features.shape[0]):
+            keep = not_done[t].view(1, -1, 1)
+            out, (h, c) = self.lstm(features[t : t + 1], (h * keep, c * keep))
+            outputs.append(out)
+        return torch.cat(outputs, dim=0), (h, c)
+
+
+def _flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
+    with torch.no_grad():
+        return int(module(torch.zeros(1, *observation_shape)).shape[-1])
+
+
+AGENTS: dict[str, type[Agent]] = {
+    "SimpleConvNetAgent": SimpleConvNetAgent,
+    "ResNetAgent": ResNetAgent,
+    "ResNetLSTMAgent": ResNetLSTMAgent,
+    "MLPAgent": MLPAgent,
+}
+
+
+def agent_class(name: str) -> type[Agent]:
+    """Look an agent up by name, case-insensitively (`simpleconvnetagent` works too)."""
+    by_lower = {key.lower(): cls for key, cls in AGENTS.items()}
+    try:
+        return by_lower[name.lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown agent_name {name!r}; valid names: {', '.join(AGENTS)}"
+        ) from None
+
+
+def create_agent(name: str, observation_shape: tuple[int, ...], num_actions: int) -> Agent:
+    return agent_class(name)(tuple(observation_shape), num_actions)

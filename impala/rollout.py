@@ -1,0 +1,161 @@
+"""The unroll: what an actor sends per environment, and how a learner batches unrolls.
+
+An unroll holds T+1 steps; step 0 repeats the last step of the previous unroll. Per step
+it has the environment's output (observation, reward on arrival, done = "this step starts
+a new episode", last_action) and the agent's output on it (action, policy_logits), plus
+the agent's core state before step 0. Batches are time-major: `[T+1, B, ...]`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from impala.transport import FieldSpec, Message, WireError
+
+
+@dataclass(frozen=True)
+class UnrollLayout:
+    unroll_length: int  # T
+    observation_shape: tuple[int, ...]
+    observation_dtype: str
+    num_actions: int
+    core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
+
+    def schema(self) -> dict[str, FieldSpec]:
+        """The arrays of one unroll message, each with a leading T+1 (core: none)."""
+        steps = self.unroll_length + 1
+        fields = {
+            "observation": FieldSpec(self.observation_dtype, (steps, *self.observation_shape)),
+            "reward": FieldSpec("float32", (steps,)),
+            "done": FieldSpec("bool", (steps,)),
+            "last_action": FieldSpec("int64", (steps,)),
+            "action": FieldSpec("int64", (steps,)),
+            "policy_logits": FieldSpec("float32", (steps, self.num_actions)),
+        }
+        for k, shape in enumerate(self.core_shapes):
+            fields[f"core_{k}"] = FieldSpec("float32", shape)
+        return fields
+
+
+def core_shapes_of(initial_state: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], ...]:
+    """Shapes of one environment's core state, from `agent.initial_state(1)` ([L, 1, H])."""
+    return tuple(tuple(t.shape[:1]) + tuple(t.shape[2:]) for t in initial_state)
+
+
+@dataclass
+class EpisodeStats:
+    returns: list[float]
+    lengths: list[int]
+
+
+def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, EpisodeStats]:
+    """(policy_version, finished-episode statistics) from an unroll's meta, validated."""
+    meta = message.meta
+    version = meta.get("policy_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise WireError("meta.policy_version must be an integer >= 0")
+    returns = meta.get("episode_returns", [])
+    lengths = meta.get("episode_lengths", [])
+    if not (isinstance(returns, list) and isinstance(lengths, list)
+            and len(returns) == len(lengths) <= max_episodes
+            and all(isinstance(r, int | float) and not isinstance(r, bool) and np.isfinite(r)
+                    for r in returns)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)):
+        raise WireError("meta.episode_returns/episode_lengths must be equal-length number lists")
+    return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths])
+
+
+class Batch:
+    """Preallocated time-major arrays for `batch_size` unrolls; torch views share memory."""
+
+    def __init__(self, layout: UnrollLayout, batch_size: int) -> None:
+        self.size = batch_size
+        self.arrays: dict[str, np.ndarray] = {}
+        for name, spec in layout.schema().items():
+            # Steps [T+1, ...] -> [T+1, B, ...]; core [L, H] -> [L, B, H] as nn.LSTM takes it.
+            shape = (spec.shape[0], batch_size, *spec.shape[1:])
+            self.arrays[name] = np.zeros(shape, dtype=spec.dtype)
+        self.tensors = {name: torch.from_numpy(a) for name, a in self.arrays.items()}
+        self.filled = 0
+        self.policy_versions: list[int] = []
+        self.episodes = EpisodeStats([], [])
+
+    def add(self, message: Message, version: int, episodes: EpisodeStats) -> None:
+        """Copy one validated unroll into the next free column (the only copy it gets)."""
+        column = self.filled
+        for name, array in message.arrays.items():
+            self.arrays[name][:, column] = array
+        self.filled += 1
+        self.policy_versions.append(version)
+        self.episodes.returns.extend(episodes.returns)
+        self.episodes.lengths.extend(episodes.lengths)
+
+    @property
+    def full(self) -> bool:
+        return self.filled == self.size
+
+    def reset(self) -> None:
+        self.filled = 0
+        self.policy_versions = []
+        self.episodes = EpisodeStats([], [])
+
+    def core_state(self) -> tuple[torch.Tensor, ...]:
+        count = sum(1 for name in self.tensors if name.startswith("core_"))
+        return tuple(self.tensors[f"core_{k}"] for k in range(count))
+
+
+class BatchQueue:
+    """A fixed pool of Batches cycling between a filler thread and the training loop.
+
+    The filler takes a free batch, fills it and hands it over; the learner trains on it
+    and gives it back. With `capacity` ready batches queued, the filler waits, stops
+    reading the socket, and ZeroMQ's high-water marks push back on the actors.
+    """
+
+    def __init__(self, layout: UnrollLayout, batch_size: int, capacity: int) -> None:
+        self.free: queue.Queue[Batch] = queue.Queue()
+        self.ready: queue.Queue[Batch] = queue.Queue()
+        for _ in range(capacity + 2):  # + one training, + one filling
+            self.free.put(Batch(layout, batch_size))
+        self._filling: Batch | None = None
+        self._lock = threading.Lock()
+
+    def add(self, message: Message, version: int, episodes: EpisodeStats,
+            stop: threading.Event) -> bool:
+        """Add an unroll; False if `stop` was set while waiting for a free batch."""
+        while self._filling is None:
+            try:
+                self._filling = self.free.get(timeout=0.2)
+            except queue.Empty:
+                if stop.is_set():
+                    return False
+        self._filling.add(message, version, episodes)
+        if self._filling.full:
+            self.ready.put(self._filling)
+            self._filling = None
+        return True
+
+    def depth(self) -> int:
+        return self.ready.qsize()
+
+    def get(self, timeout: float) -> Batch | None:
+        try:
+            return self.ready.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def release(self, batch: Batch) -> None:
+        batch.reset()
+        self.free.put(batch)
+
+
+def batch_to_device(batch: Batch, device: torch.device) -> dict[str, Any]:
+    if device.type == "cpu":
+        return dict(batch.tensors)  # no copy: the arrays are the tensors' storage
+    return {k: v.to(device, non_blocking=True) for k, v in batch.tensors.items()}

@@ -1,0 +1,244 @@
+"""ZeroMQ wire format and sockets. The network is untrusted: nothing is unpickled.
+
+A message is a multipart ZeroMQ message: one JSON header, then one raw buffer per array.
+
+  header = {"format": 1, "kind": "unroll", "sender": "actor-3",
+            "fields": [[name, dtype, [shape...]], ...], "meta": {...}}
+
+`decode` checks every frame against a `Schema` of the arrays it must carry (names, dtypes,
+shapes) and raises `WireError` with a short reason for anything else; callers drop such a
+message, count the reason and log the sender, and carry on.
+
+Sockets: each learner binds one ROUTER socket. Its actors connect DEALER sockets and send
+`unroll` messages and `weights_request` messages; the learner answers a request with
+`weights` when it has a newer version than the actor's, else with `no_update`. ZeroMQ
+high-water marks bound every queue, so a slow learner pushes back on its actors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket as pysocket
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+FORMAT_VERSION = 1
+KINDS = ("unroll", "weights_request", "weights", "no_update")
+ALLOWED_DTYPES = ("uint8", "int32", "int64", "float32", "bool")
+MAX_HEADER_BYTES = 1 << 20
+
+
+class WireError(ValueError):
+    """A message that does not follow the wire format; `str(err)` is the reason."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+Schema = Mapping[str, FieldSpec]
+
+
+@dataclass
+class Message:
+    kind: str
+    sender: str
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def encode(kind: str, sender: str, arrays: Mapping[str, np.ndarray] | None = None,
+           **meta: Any) -> list[Any]:
+    """Frames for one message: the JSON header, then each array's buffer (no copy)."""
+    arrays = arrays or {}
+    fields = []
+    buffers = []
+    for name, array in arrays.items():
+        array = np.ascontiguousarray(array)
+        fields.append([name, array.dtype.name, list(array.shape)])
+        buffers.append(memoryview(array).cast("B"))
+    header = {"format": FORMAT_VERSION, "kind": kind, "sender": sender,
+              "fields": fields, "meta": meta}
+    return [json.dumps(header).encode(), *buffers]
+
+
+def decode(frames: Sequence[Any], schemas: Mapping[str, Schema | None],
+           max_bytes: int) -> Message:
+    """Parse and validate one message.
+
+    Args:
+      frames: the message's frames (bytes or zmq.Frame), header first.
+      schemas: for each kind the receiver accepts, the arrays it must carry exactly
+        (None: no arrays).
+      max_bytes: the largest total size accepted.
+    Returns a Message whose arrays are read-only views of the frames (no copy).
+    """
+    if not frames:
+        raise WireError("empty message")
+    buffers = [frame.buffer if isinstance(frame, zmq.Frame) else frame for frame in frames]
+    total = sum(len(b) for b in buffers)
+    if total > max_bytes:
+        raise WireError(f"oversized message: {total} bytes > limit {max_bytes}")
+    header = _parse_header(bytes(buffers[0]))
+    kind = header["kind"]
+    if kind not in schemas:
+        raise WireError(f"unexpected message kind {kind!r}")
+    schema = schemas[kind] or {}
+    fields = header["fields"]
+    if len(buffers) - 1 != len(fields):
+        raise WireError(f"header lists {len(fields)} arrays but {len(buffers) - 1} frames follow")
+    names = [entry[0] for entry in fields]
+    if sorted(names) != sorted(schema):
+        missing = sorted(set(schema) - set(names))
+        unknown = sorted(set(names) - set(schema))
+        raise WireError(f"fields do not match: missing {missing}, unknown {unknown}")
+    arrays = {}
+    for (name, dtype, shape), buffer in zip(fields, buffers[1:], strict=True):
+        expected = schema[name]
+        if dtype != expected.dtype:
+            raise WireError(f"field {name!r}: dtype {dtype}, expected {expected.dtype}")
+        if tuple(shape) != expected.shape:
+            raise WireError(f"field {name!r}: shape {tuple(shape)}, expected {expected.shape}")
+        if len(buffer) != expected.nbytes:
+            raise WireError(f"field {name!r}: {len(buffer)} bytes, expected {expected.nbytes}")
+        arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(expected.shape)
+    return Message(kind=kind, sender=header["sender"], meta=header["meta"], arrays=arrays)
+
+
+def _parse_header(raw: bytes) -> dict[str, Any]:
+    if len(raw) > MAX_HEADER_BYTES:
+        raise WireError(f"header of {len(raw)} bytes is too large")
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise WireError("header is not JSON") from None
+    if not isinstance(header, dict):
+        raise WireError("header is not a JSON object")
+    if header.get("format") != FORMAT_VERSION:
+        raise WireError(f"wire format {header.get('format')!r}, expected {FORMAT_VERSION}")
+    if header.get("kind") not in KINDS:
+        raise WireError(f"unknown message kind {header.get('kind')!r}")
+    if not isinstance(header.get("sender"), str) or len(header["sender"]) > 200:
+        raise WireError("sender must be a short string")
+    if not isinstance(header.get("meta"), dict):
+        raise WireError("meta must be a JSON object")
+    fields = header.get("fields")
+    if not isinstance(fields, list) or not all(_is_field_entry(f) for f in fields):
+        raise WireError("fields must be a list of [name, dtype, shape]")
+    return header
+
+
+def _is_field_entry(entry: Any) -> bool:
+    return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+            and entry[1] in ALLOWED_DTYPES and isinstance(entry[2], list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31
+                    for d in entry[2]))
+
+
+class DropLog:
+    """Counts dropped messages by reason and rate-limits how often each reason is logged."""
+
+    def __init__(self, log=print, every: int = 100) -> None:
+        self.counts: Counter[str] = Counter()
+        self._log = log
+        self._every = every
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def drop(self, sender: str, reason: str) -> None:
+        key = reason.split(":")[0]
+        self.counts[key] += 1
+        if self.counts[key] == 1 or self.counts[key] % self._every == 0:
+            self._log(f"dropped message from {sender}: {reason} "
+                      f"({self.counts[key]} dropped for this reason so far)")
+
+
+def resolve_ip(host: str) -> str:
+    """A name such as `localhost` to the IPv4 address ZeroMQ can bind."""
+    try:
+        return pysocket.gethostbyname(host)
+    except OSError as exc:
+        raise ValueError(f"cannot resolve host {host!r}: {exc}") from None
+
+
+class LearnerSocket:
+    """The learner's ROUTER socket: unrolls and weight requests in, weights out."""
+
+    def __init__(self, host: str, port: int, max_bytes: int, receive_hwm: int) -> None:
+        self.context = zmq.Context.instance()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.RCVHWM, receive_hwm)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # zmq disconnects bigger frames
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        address = f"tcp://{resolve_ip(host)}:{port}"
+        try:
+            self.socket.bind(address)
+        except zmq.ZMQError as exc:
+            raise OSError(f"learner cannot bind {address}: {exc}") from None
+        self.address = address
+
+    def receive(self, timeout_ms: int) -> tuple[bytes, list[zmq.Frame]] | None:
+        """(peer identity, frames) of the next message, or None after `timeout_ms`."""
+        if not self.socket.poll(timeout_ms, zmq.POLLIN):
+            return None
+        frames = self.socket.recv_multipart(copy=False)
+        return frames[0].bytes, frames[1:]
+
+    def send(self, identity: bytes, frames: list[Any]) -> None:
+        try:
+            self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # the actor is gone or not reading; it asks again later
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+class ActorSocket:
+    """An actor's DEALER socket to its learner; ZeroMQ reconnects by itself with backoff."""
+
+    def __init__(self, host: str, port: int, max_bytes: int, send_hwm: int) -> None:
+        self.context = zmq.Context.instance()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.SNDHWM, send_hwm)
+        self.socket.setsockopt(zmq.RCVHWM, 4)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, max_bytes)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 200)
+        self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+        self.socket.setsockopt(zmq.IMMEDIATE, 1)  # queue nothing for a learner that is away
+        self.socket.connect(f"tcp://{resolve_ip(host)}:{port}")
+
+    def send(self, frames: list[Any], timeout_ms: int) -> bool:
+        """Send one message; False if the learner did not take it within `timeout_ms`."""
+        if not self.socket.poll(timeout_ms, zmq.POLLOUT):
+            return False
+        try:
+            # copy=True: the actor rewrites its buffers while ZeroMQ may still be sending.
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+            return True
+        except zmq.Again:
+            return False
+
+    def receive(self, timeout_ms: int) -> list[zmq.Frame] | None:
+        if not self.socket.poll(timeout_ms, zmq.POLLIN):
+            return None
+        return self.socket.recv_multipart(copy=False)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)

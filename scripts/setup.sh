@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One idempotent set-up: Debian packages, .venv with the pinned CPU torch, the project with
+# its dev extras, and Horovod (PyTorch + MPI + Gloo) built from a patched sdist.
+# A second run finds everything in place and takes seconds. Used by `make setup`, which
+# `make train` and `make test` call first, by .ci/run and by the Docker images.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+VENV=${VENV:-.venv}
+TORCH_VERSION=2.13.0          # a local CPU wheel on these machines; anything else pulls CUDA
+HOROVOD_VERSION=0.28.1        # newest release (June 2023); see README "Why Horovod is patched"
+CACHE=${IMPALA_CACHE:-$HOME/.cache/impala-mlma}
+APT_PACKAGES=(openmpi-bin libopenmpi-dev tmux openssh-client openssh-server iproute2)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+install_apt_packages() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+make_venv() {
+  [ -x "$VENV/bin/python" ] || { log "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
+  if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION (CPU)"
+    "$VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  fi
+  # Re-install the project only when its metadata changed.
+  local stamp="$VENV/.impala-installed" want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing the project and its dev extras"
+    "$VENV/bin/pip" install -q -e ".[dev]" "torch==$TORCH_VERSION"
+    echo "$want" > "$stamp"
+  fi
+}
+
+build_horovod_wheel() {
+  # Horovod 0.28.1's CMake files force C++14, but torch 2.x headers need C++17; upstream
+  # fixed it after the last release. Fetch the sdist, switch both lines to 17, build a wheel.
+  local work
+  work=$(mktemp -d)
+  log "building Horovod $HOROVOD_VERSION (PyTorch, MPI, Gloo); about 2 minutes on 2 cores"
+  "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "horovod==$HOROVOD_VERSION"
+  tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
+  local src="$work/horovod-$HOROVOD_VERSION"
+  sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
+    "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
+  grep -q "CMAKE_CXX_STANDARD 17" "$src/horovod/torch/CMakeLists.txt" \
+    || { echo "[setup] could not patch Horovod's C++ standard" >&2; exit 1; }
+  "$VENV/bin/pip" install -q setuptools wheel cloudpickle psutil pyyaml packaging
+  mkdir -p "$CACHE/wheels"
+  # The system cmake 3.25 accepts gloo's old cmake_minimum_required; the policy variable
+  # covers a newer cmake found first on PATH.
+  HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+  HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=MPI \
+  CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
+    "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps -w "$CACHE/wheels" "$src"
+  rm -rf "$work"
+}
+
+install_horovod() {
+  if "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then return 0; fi
+  local wheel
+  wheel=$(ls "$CACHE"/wheels/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  if [ -z "$wheel" ]; then
+    build_horovod_wheel
+    wheel=$(ls "$CACHE"/wheels/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
+  fi
+  log "installing $wheel"
+  "$VENV/bin/pip" install -q "$wheel"
+  "$VENV/bin/horovodrun" --check-build
+}
+
+install_apt_packages
+make_venv
+install_horovod
+log "ready: $VENV ($("$VENV/bin/python" -c 'import torch, horovod; print("torch", torch.__version__, "horovod", horovod.__version__)'))"
