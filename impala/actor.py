@@ -9,6 +9,7 @@ sends time out and are retried (ZeroMQ reconnects by itself) until it is back.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +27,26 @@ from impala.transport import ActorSocket, WireError, decode, encode
 log = logging.getLogger("actor")
 
 SEND_TIMEOUT_MS = 1000
+PARENT_PID_VARIABLE = "IMPALA_SUPERVISOR_PID"  # set by impala.local for supervised actors
+
+
+class OrphanWatch(threading.Thread):
+    """Sets `stop` when the supervising process has gone (e.g. its learner was killed -9),
+    so no actor outlives the run that started it."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        super().__init__(name="orphan-watch", daemon=True)
+        self.stop = stop
+        parent = os.environ.get(PARENT_PID_VARIABLE, "")
+        self.parent_pid = int(parent) if parent.isdigit() else None
+
+    def run(self) -> None:
+        if self.parent_pid is None:
+            return
+        while not self.stop.wait(1.0):
+            if os.getppid() != self.parent_pid:
+                log.warning("supervisor %d has gone: stopping", self.parent_pid)
+                self.stop.set()
 WEIGHTS_REQUEST_TIMEOUT_S = 10.0
 
 
@@ -238,6 +259,7 @@ class Actor:
 
 
 def run_actor(cfg: Config, stop: threading.Event) -> None:
+    OrphanWatch(stop).start()
     actor = Actor(cfg, stop)
     try:
         actor.run()

@@ -98,7 +98,8 @@ class Config:
         except ValueError as exc:
             yield f"--learner_host: {exc}"
         if self.run_name and not re.fullmatch(r"[A-Za-z0-9._-]+", self.run_name):
-            yield f"--run_name may hold letters, digits, '.', '_' and '-' only, got {self.run_name!r}"
+            yield ("--run_name may hold letters, digits, '.', '_' and '-' only, "
+                   f"got {self.run_name!r}")
 
     @property
     def resolved_run_name(self) -> str:

@@ -4,12 +4,14 @@ each restarted by a supervisor if it dies, for single-host runs and tests."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from impala.actor import PARENT_PID_VARIABLE
 from impala.config import Config
 
 log = logging.getLogger("local")
@@ -41,9 +43,10 @@ class ActorSupervisor(threading.Thread):
 
     def _start(self, task: int) -> None:
         log_file = open(self.run_dir / f"actor-{task}.log", "ab")  # noqa: SIM115 - child owns it
+        env = {**os.environ, PARENT_PID_VARIABLE: str(os.getpid())}
         proc = subprocess.Popen(actor_command(self.cfg, task), stdout=log_file,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         log_file.close()
         self.procs[task] = proc
         log.info("started actor %d (pid %d), log %s", task, proc.pid,

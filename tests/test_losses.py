@@ -1,0 +1,91 @@
+"""Loss terms and reward clipping on small hand-computed cases."""
+
+import math
+
+import pytest
+import torch
+
+from impala import losses
+
+
+def test_abs_one_clipping():
+    rewards = torch.tensor([-3.0, -0.5, 0.0, 0.5, 7.0])
+    assert losses.clip_rewards(rewards, "abs_one").tolist() == [-1.0, -0.5, 0.0, 0.5, 1.0]
+
+
+def test_soft_asymmetric_clipping():
+    rewards = torch.tensor([-5.0, 5.0, 0.0])
+    clipped = losses.clip_rewards(rewards, "soft_asymmetric")
+    # 5 * tanh(r / 5), negatives scaled by 0.3.
+    assert clipped[0].item() == pytest.approx(0.3 * 5 * math.tanh(-1.0))
+    assert clipped[1].item() == pytest.approx(5 * math.tanh(1.0))
+    assert clipped[2].item() == 0.0
+
+
+def test_no_clipping_and_unknown_mode():
+    rewards = torch.tensor([-30.0, 12.5])
+    assert torch.equal(losses.clip_rewards(rewards, "none"), rewards)
+    with pytest.raises(ValueError, match="reward_clipping must be one of"):
+        losses.clip_rewards(rewards, "abs_two")
+
+
+def test_policy_gradient_loss_by_hand():
+    # Two actions with equal logits: log pi = log 0.5 for either action.
+    logits = torch.zeros(1, 2, 2)
+    actions = torch.tensor([[0, 1]])
+    advantages = torch.tensor([[2.0, -1.0]])
+    expected = -(math.log(0.5) * 2.0 + math.log(0.5) * -1.0)
+    assert losses.policy_gradient_loss(logits, actions, advantages).item() == pytest.approx(
+        expected)
+
+
+def test_policy_gradient_does_not_flow_into_advantages():
+    advantages = torch.tensor([[1.0]], requires_grad=True)
+    logits = torch.zeros(1, 1, 3, requires_grad=True)
+    losses.policy_gradient_loss(logits, torch.tensor([[1]]), advantages).backward()
+    assert advantages.grad is None and logits.grad is not None
+
+
+def test_baseline_loss_by_hand():
+    assert losses.baseline_loss(torch.tensor([[1.0, -2.0], [3.0, 0.0]])).item() == 7.0
+
+
+def test_entropy_loss_is_negative_entropy():
+    # Uniform over 4 actions: entropy log 4 per step, 3 steps.
+    logits = torch.zeros(3, 1, 4)
+    assert losses.entropy_loss(logits).item() == pytest.approx(-3 * math.log(4))
+
+
+def test_impala_loss_combines_terms_with_costs():
+    T, B, A = 3, 2, 3
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(T + 1, B, A, generator=generator, requires_grad=True)
+    baseline = torch.randn(T + 1, B, generator=generator, requires_grad=True)
+    actions = torch.randint(0, A, (T + 1, B), generator=generator)
+    rewards = torch.randn(T + 1, B, generator=generator) * 3
+    done = torch.zeros(T + 1, B, dtype=torch.bool)
+    only_pg = losses.impala_loss(logits, baseline, logits.detach(), actions, rewards, done,
+                                 losses.LossSettings(baseline_cost=0.0, entropy_cost=0.0))
+    full = losses.impala_loss(logits, baseline, logits.detach(), actions, rewards, done,
+                              losses.LossSettings(baseline_cost=0.5, entropy_cost=0.01))
+    expected = (only_pg.pg_loss + 0.5 * full.baseline_loss
+                - 0.01 * full.entropy * T * B)
+    assert full.total_loss.item() == pytest.approx(expected, rel=1e-5)
+    full.total_loss.backward()
+    assert logits.grad is not None and baseline.grad is not None
+
+
+def test_impala_loss_cuts_the_return_at_episode_ends():
+    """With done set at step 1 (a new episode starts there), step 0's value target is just
+    its reward: the bootstrap of the next episode must not leak into it."""
+    T, B, A = 2, 1, 2
+    logits = torch.zeros(T + 1, B, A)
+    baseline = torch.tensor([[0.0], [100.0], [100.0]], requires_grad=True)
+    actions = torch.zeros(T + 1, B, dtype=torch.long)
+    rewards = torch.tensor([[0.0], [1.0], [0.0]])  # reward on arriving at step 1
+    done = torch.tensor([[False], [True], [False]])
+    stats = losses.impala_loss(logits, baseline, logits, actions, rewards, done,
+                               losses.LossSettings(baseline_cost=1.0, entropy_cost=0.0))
+    # Step 0: target 1 (no bootstrap across the end), value 0 -> advantage 1.
+    # Step 1: target 0 + 0.99 * 100, value 100 -> advantage -1.
+    assert stats.baseline_loss == pytest.approx(0.5 * (1.0**2 + 1.0**2))

@@ -1,0 +1,109 @@
+"""Agents: shapes, the LSTM reset on `done`, determinism, lookup by name."""
+
+import pytest
+import torch
+
+from impala import nets
+
+ATARI = (4, 84, 84)
+
+
+def inputs(T, B, obs_shape, dtype=torch.uint8):
+    if dtype == torch.uint8:
+        observation = torch.randint(0, 255, (T, B, *obs_shape), dtype=torch.uint8)
+    else:
+        observation = torch.randn(T, B, *obs_shape)
+    return (observation, torch.zeros(T, B, dtype=torch.long), torch.zeros(T, B),
+            torch.zeros(T, B, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("name,obs_shape,dtype", [
+    ("SimpleConvNetAgent", ATARI, torch.uint8),
+    ("ResNetAgent", ATARI, torch.uint8),
+    ("ResNetLSTMAgent", ATARI, torch.uint8),
+    ("MLPAgent", (4,), torch.float32),
+])
+@pytest.mark.parametrize("T", [1, 3])
+def test_output_shapes(name, obs_shape, dtype, T):
+    B, A = 2, 6
+    agent = nets.create_agent(name, obs_shape, A)
+    output, state = agent(*inputs(T, B, obs_shape, dtype), agent.initial_state(B))
+    assert output.policy_logits.shape == (T, B, A)
+    assert output.baseline.shape == (T, B)
+    assert output.action.shape == (T, B) and output.action.dtype == torch.int64
+    assert ((output.action >= 0) & (output.action < A)).all()
+    if name == "ResNetLSTMAgent":
+        assert [s.shape for s in state] == [(1, B, 256), (1, B, 256)]
+    else:
+        assert state == ()
+
+
+def test_lstm_state_resets_where_done_is_set():
+    torch.manual_seed(0)
+    agent = nets.create_agent("ResNetLSTMAgent", (1, 24, 24), 3)
+    observation, last_action, reward, done = inputs(1, 2, (1, 24, 24))
+    nonzero = tuple(torch.randn_like(s) for s in agent.initial_state(2))
+    done[0, 0] = True  # env 0 starts a new episode, env 1 continues
+    with torch.no_grad():
+        from_state, _ = agent(observation, last_action, reward, done, nonzero)
+        from_zero, _ = agent(observation, last_action, reward, done, agent.initial_state(2))
+    # Env 0 ignores the carried state; env 1 does not.
+    torch.testing.assert_close(from_state.policy_logits[:, 0], from_zero.policy_logits[:, 0])
+    assert not torch.allclose(from_state.policy_logits[:, 1], from_zero.policy_logits[:, 1])
+
+
+def test_lstm_reset_inside_an_unroll():
+    """A done at step 2 of 3 makes steps 2.. independent of everything before."""
+    torch.manual_seed(0)
+    agent = nets.create_agent("ResNetLSTMAgent", (1, 24, 24), 3)
+    observation, last_action, reward, done = inputs(3, 1, (1, 24, 24))
+    done[2, 0] = True
+    other = observation.clone()
+    other[:2] = torch.randint(0, 255, other[:2].shape, dtype=torch.uint8)
+    with torch.no_grad():
+        a, _ = agent(observation, last_action, reward, done, agent.initial_state(1))
+        b, _ = agent(other, last_action, reward, done, agent.initial_state(1))
+    torch.testing.assert_close(a.policy_logits[2], b.policy_logits[2])
+    assert not torch.allclose(a.policy_logits[1], b.policy_logits[1])
+
+
+def test_deterministic_under_a_seed():
+    def build_and_run():
+        torch.manual_seed(42)
+        agent = nets.create_agent("SimpleConvNetAgent", ATARI, 4)
+        torch.manual_seed(7)
+        return agent(*inputs(2, 3, ATARI))[0]
+
+    first, second = build_and_run(), build_and_run()
+    torch.testing.assert_close(first.policy_logits, second.policy_logits)
+    assert torch.equal(first.action, second.action)
+
+
+def test_uint8_observations_are_scaled_inside_the_net():
+    agent = nets.create_agent("SimpleConvNetAgent", ATARI, 4)
+    observation, *rest = inputs(1, 1, ATARI)
+    with torch.no_grad():
+        from_uint8 = agent(observation, *rest)[0].policy_logits
+        from_float = agent(observation.float() / 255.0, *rest)[0].policy_logits
+    torch.testing.assert_close(from_uint8, from_float)
+
+
+def test_greedy_takes_the_most_likely_action():
+    agent = nets.create_agent("MLPAgent", (4,), 3)
+    agent.greedy = True
+    output, _ = agent(*inputs(5, 2, (4,), torch.float32))
+    assert torch.equal(output.action, output.policy_logits.argmax(-1))
+
+
+def test_lookup_is_case_insensitive_and_lists_valid_names():
+    assert nets.agent_class("simpleconvnetagent") is nets.SimpleConvNetAgent
+    assert nets.agent_class("ResNetLSTMAgent") is nets.ResNetLSTMAgent
+    with pytest.raises(ValueError, match="valid names: SimpleConvNetAgent, ResNetAgent"):
+        nets.agent_class("ConvLSTMAgent")
+
+
+def test_wrong_observation_rank_is_a_clear_error():
+    agent = nets.create_agent("MLPAgent", (4,), 2)
+    with pytest.raises(ValueError, match=r"observation must be \[T, B"):
+        agent(torch.zeros(3, 4), torch.zeros(3, dtype=torch.long), torch.zeros(3),
+              torch.zeros(3, dtype=torch.bool))
