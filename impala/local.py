@@ -68,7 +68,8 @@ class ActorSupervisor(threading.Thread):
                         log.warning("actor %d exited with %s; restarting in %d s", task,
                                     proc.returncode, delay)
                         next_start[task] = time.time() + delay
-                    elif time.time() >= next_start.pop(task):
+                    elif time.time() >= next_start[task]:
+                        del next_start[task]
                         self.restarts[task] = self.restarts.get(task, 0) + 1
                         self._start(task)
 

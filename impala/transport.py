@@ -137,18 +137,23 @@ def _parse_header(raw: bytes) -> dict[str, Any]:
     fields = header.get("fields")
     if not isinstance(fields, list) or not all(_is_field_entry(f) for f in fields):
         raise WireError("fields must be a list of [name, dtype, shape]")
+    for name, dtype, _ in fields:
+        if dtype not in ALLOWED_DTYPES:
+            raise WireError(f"field {name[:50]!r}: dtype {str(dtype)[:20]!r} is not one of "
+                            f"{', '.join(ALLOWED_DTYPES)}")
     return header
 
 
 def _is_field_entry(entry: Any) -> bool:
     return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-            and entry[1] in ALLOWED_DTYPES and isinstance(entry[2], list)
+            and isinstance(entry[1], str) and isinstance(entry[2], list)
             and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31
                     for d in entry[2]))
 
 
 class DropLog:
-    """Counts dropped messages by reason and rate-limits how often each reason is logged."""
+    """Counts dropped messages by reason; logs each distinct reason, then every 100th drop
+    of it, so a flood of bad messages cannot flood the log."""
 
     def __init__(self, log=print, every: int = 100) -> None:
         self.counts: Counter[str] = Counter()
@@ -160,11 +165,11 @@ class DropLog:
         return sum(self.counts.values())
 
     def drop(self, sender: str, reason: str) -> None:
-        key = reason.split(":")[0]
-        self.counts[key] += 1
-        if self.counts[key] == 1 or self.counts[key] % self._every == 0:
+        self.counts[reason] += 1
+        count = self.counts[reason]
+        if (count == 1 and len(self.counts) <= 1000) or count % self._every == 0:
             self._log(f"dropped message from {sender}: {reason} "
-                      f"({self.counts[key]} dropped for this reason so far)")
+                      f"({count} dropped for this reason, {self.total} in all)")
 
 
 def resolve_ip(host: str) -> str:

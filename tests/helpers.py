@@ -1,0 +1,91 @@
+"""Shared helpers for end-to-end tests: free ports, processes, waiting on files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENT = str(ROOT / "experiment.py")
+
+# Settings under which CartPole is learned in well under the budget (README "CartPole").
+CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=16",
+                  "--unroll_length=20", "--learning_rate=0.003", "--discounting=0.98",
+                  "--num_envs=8", "--log_interval_s=2"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
+    """Start experiment.py with `args`, output to `log_path`, in a session of its own."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, EXPERIMENT, *args], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=ROOT, **kwargs)
+
+
+def run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, EXPERIMENT, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str,
+             interval: float = 0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def read_csv(path: Path) -> pd.DataFrame | None:
+    try:
+        frame = pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return None
+    return frame if len(frame) else None
+
+
+def last_value(path: Path, column: str) -> float:
+    frame = read_csv(path)
+    return float(frame[column].iloc[-1]) if frame is not None else 0.0
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60) -> int:
+    """SIGTERM, then wait; SIGKILL the whole session if it hangs (and fail loudly)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(f"pid {proc.pid} did not stop within {timeout} s of SIGTERM") from None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it has exited for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,69 @@
+"""Checkpoints: round trip, and refusal of another run's or a corrupt file."""
+
+import pytest
+import torch
+
+from impala import checkpoint
+from impala.config import Config
+from impala.nets import create_agent
+
+
+def make(tmp_path, **flags):
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", **flags)
+    model = create_agent("MLPAgent", (4,), 2)
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=0.01)
+    model(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1),
+          torch.zeros(1, 1, dtype=torch.bool))[0].baseline.sum().backward()
+    optimizer.step()
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, model, optimizer, {"frames": 1000, "updates": 5, "version": 5},
+                    cfg.to_dict())
+    return cfg, model, path
+
+
+def test_round_trip(tmp_path):
+    cfg, model, path = make(tmp_path)
+    state = checkpoint.load(path, cfg.to_dict())
+    fresh = create_agent("MLPAgent", (4,), 2)
+    checkpoint.restore_model(fresh, state, path)
+    for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert state["counters"] == {"frames": 1000, "updates": 5, "version": 5}
+    assert state["optimizer"]["state"]  # RMSProp's running averages travel too
+    assert not (tmp_path / "checkpoint.pt.tmp").exists()
+
+
+def test_another_agent_or_game_is_refused(tmp_path):
+    _, _, path = make(tmp_path)
+    other = Config(level_name="Acrobot-v1", agent_name="MLPAgent").to_dict()
+    with pytest.raises(checkpoint.CheckpointError,
+                       match="level_name: checkpoint has 'CartPole-v1', this run 'Acrobot-v1'"):
+        checkpoint.load(path, other)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04broken zip"])
+def test_corrupt_file_is_refused(tmp_path, content):
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(content)
+    with pytest.raises(checkpoint.CheckpointError, match="is corrupt or not a checkpoint"):
+        checkpoint.load(path, Config().to_dict())
+
+
+def test_truncated_checkpoint_is_refused(tmp_path):
+    cfg, _, path = make(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        checkpoint.load(path, cfg.to_dict())
+
+
+def test_a_foreign_pickle_is_not_executed(tmp_path):
+    """weights_only=True: a checkpoint that would run code on load is refused."""
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": "impala-mlma/1", "x": Evil()}, path)
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.load(path, Config().to_dict())

@@ -1,0 +1,220 @@
+"""End to end on one host: real learner and actor processes over ZeroMQ."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+import zmq
+
+from tests.helpers import (
+    CARTPOLE_FLAGS,
+    free_port,
+    last_value,
+    pid_alive,
+    read_csv,
+    run,
+    start,
+    stop,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+CARTPOLE_BUDGET = 500_000  # frames (CartPole: one frame per agent step)
+RUN = "CartPole-v1_MLPAgent"
+
+
+def test_cartpole_is_learned_within_the_frame_budget(tmp_path):
+    """One learner and two actor processes; the mean raw return over the last 100 episodes
+    reaches 475 before the budget is spent."""
+    result = run(["--job_name=local", "--num_actors=2", *CARTPOLE_FLAGS,
+                  f"--total_environment_frames={CARTPOLE_BUDGET}", f"--logdir={tmp_path}",
+                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / RUN
+    episodes = read_csv(run_dir / "episodes-0.csv")
+    rolling = episodes["episode_return"].rolling(100).mean()
+    reached = episodes["frames"][rolling >= 475]
+    assert len(reached), f"best mean return over 100 episodes: {rolling.max():.1f} (< 475)"
+    assert reached.iloc[0] <= CARTPOLE_BUDGET
+    # The run directory holds what the README promises.
+    logs = read_csv(run_dir / "logs.csv")
+    for column in ("time", "frames", "sps", "updates", "episodes", "mean_episode_return",
+                   "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy",
+                   "grad_norm", "learning_rate", "policy_lag", "queue_depth",
+                   "dropped_messages"):
+        assert column in logs.columns
+    assert logs["frames"].iloc[-1] >= CARTPOLE_BUDGET
+    assert logs["learning_rate"].iloc[-1] < 0.003 * 0.05  # annealed towards 0
+    assert logs["policy_lag"].median() < 5  # flow control keeps actors close to the learner
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["exit_status"] == "finished" and meta["flags"]["batch_size"] == 16
+    assert "git_commit" in meta
+    assert os.environ["PATH"] not in json.dumps(meta)  # the environment is never stored
+    assert (run_dir / "checkpoint.pt").exists()
+    assert "frames" in result.stderr and "ETA" in result.stderr  # the status line
+
+
+def _raw_messages(header_ok: bytes) -> list[list[bytes]]:
+    """One message of each malformed kind."""
+    good_fields = json.loads(header_ok)["fields"]
+
+    def header(**changes):
+        base = json.loads(header_ok)
+        base.update(changes)
+        return json.dumps(base).encode()
+
+    obs_fields = [["observation", "float32", [21, 4]]]
+    return [
+        [b"\x00\x01garbage"],
+        [header(format=99)],
+        [header()],  # truncated: header lists arrays, no frames follow
+        [header(fields=obs_fields), b"\x00" * (21 * 4 * 4), b"extra"],
+        [header(fields=[["observation", "float64", [21, 4]]]), b"\x00" * (21 * 4 * 8)],
+        [header(fields=[["observation", "float32", [21, 84, 84]]]), b"\x00" * 16],
+        [header(fields=good_fields + [["bonus", "float32", [1]]])],
+        [header(kind="weights")],
+        [b"\x80\x04\x95pickle"],
+        [header(), b"\x00" * (3 * 2**20)],  # over --max_message_mb=2
+    ]
+
+
+def test_malformed_messages_are_dropped_and_the_learner_keeps_training(tmp_path):
+    port = free_port()
+    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
+                  "--total_environment_frames=100000000", "--max_message_mb=2",
+                  f"--logdir={tmp_path}", f"--learner_host=127.0.0.1:{port}"],
+                 tmp_path / "out.log")
+    logs = tmp_path / RUN / "logs.csv"
+    try:
+        wait_for(lambda: last_value(logs, "updates") > 0, 60, "first updates")
+        header_ok = json.dumps({
+            "format": 1, "kind": "unroll", "sender": "attacker", "meta": {},
+            "fields": [["observation", "float32", [21, 4]]]}).encode()
+        messages = _raw_messages(header_ok)
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 5000)  # deliver everything before closing
+        sock.connect(f"tcp://127.0.0.1:{port}")
+        for message in messages:
+            sock.send_multipart(message)
+        sock.close()
+        updates_then = last_value(logs, "updates")
+        # Oversized frames are cut off by ZeroMQ itself (the peer is disconnected), so at
+        # least every other kind must be counted.
+        wait_for(lambda: last_value(logs, "dropped_messages") >= len(messages) - 1, 30,
+                 "dropped messages to be counted")
+        wait_for(lambda: last_value(logs, "updates") > updates_then + 20, 30,
+                 "training to go on")
+        assert proc.poll() is None
+        learner_log = (tmp_path / RUN / "learner-0.log").read_text()
+        for reason in ("header is not JSON", "wire format 99", "0 frames follow",
+                       "dtype 'float64' is not one of", "unexpected message kind 'weights'"):
+            assert reason in learner_log
+        assert "dropped message from peer" in learner_log
+    finally:
+        assert stop(proc) == 0
+
+
+def _started_actor_pids(log_text: str, task: int) -> list[int]:
+    return [int(p) for p in re.findall(rf"started actor {task} \(pid (\d+)\)", log_text)]
+
+
+def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
+    proc = start(["--job_name=local", "--num_actors=2", *CARTPOLE_FLAGS,
+                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
+                  f"--learner_host=127.0.0.1:{free_port()}"], tmp_path / "out.log")
+    run_dir = tmp_path / RUN
+    learner_log = run_dir / "learner-0.log"
+    try:
+        wait_for(lambda: last_value(run_dir / "logs.csv", "updates") > 0, 60, "first updates")
+        first_pid = _started_actor_pids(learner_log.read_text(), 0)[0]
+        actor1 = _started_actor_pids(learner_log.read_text(), 1)[0]
+        os.kill(first_pid, signal.SIGKILL)
+        new_pids = wait_for(lambda: _started_actor_pids(learner_log.read_text(), 0)[1:], 30,
+                            "actor 0 to be restarted")
+        assert "actor 0 exited with -9; restarting" in learner_log.read_text()
+        frames_then = last_value(run_dir / "logs.csv", "frames")
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > frames_then + 50_000, 60,
+                 "training to go on")
+        assert proc.poll() is None and pid_alive(new_pids[0]) and pid_alive(actor1)
+        # The restarted actor rejoined: it got weights from the learner (the log appends).
+        assert (run_dir / "actor-0.log").read_text().count("got weights version") == 2
+    finally:
+        assert stop(proc) == 0
+    # Stopping the run ends exactly the actors it started.
+    for pid in (new_pids[0], actor1):
+        wait_for(lambda pid=pid: not pid_alive(pid), 10, f"actor pid {pid} to exit")
+
+
+def test_learner_killed_and_restarted_resumes_and_actors_reconnect(tmp_path):
+    port = free_port()
+    learner_args = ["--job_name=learner", *CARTPOLE_FLAGS, "--checkpoint_interval_s=1",
+                    "--total_environment_frames=100000000", f"--logdir={tmp_path}",
+                    f"--learner_host=127.0.0.1:{port}"]
+    actor = start(["--job_name=actor", "--task=0", *CARTPOLE_FLAGS,
+                   f"--learner_host=127.0.0.1:{port}"], tmp_path / "actor.log")
+    learner = start(learner_args, tmp_path / "learner.log")
+    run_dir = tmp_path / RUN
+    try:
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 20_000, 60, "training")
+        wait_for(lambda: (run_dir / "checkpoint.pt").exists(), 10, "a checkpoint")
+        time.sleep(1.5)  # let a checkpoint after 20k frames land
+        learner.kill()
+        learner.wait()
+        time.sleep(2)
+        assert actor.poll() is None, "the actor must outlive its learner and wait for it"
+        learner = start(learner_args, tmp_path / "learner.log")  # the same command again
+        resumed = wait_for(
+            lambda: re.findall(r"resumed from .* at (\d+) frames",
+                               (run_dir / "learner-0.log").read_text()), 60, "the resume")
+        assert int(resumed[0]) > 0
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > int(resumed[0]) + 20_000,
+                 60, "training after the resume (the actor reconnected)")
+        meta = json.loads((run_dir / "meta.json").read_text())
+        assert meta["starts"] == 2
+    finally:
+        assert stop(learner) == 0
+        stop(actor)
+    logs = read_csv(run_dir / "logs.csv")
+    assert logs["frames"].is_monotonic_increasing or logs["frames"].iloc[-1] > int(resumed[0])
+
+
+def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
+    common = ["--level_name=PongNoFrameskip-v4", "--agent_name=SimpleConvNetAgent",
+              "--batch_size=4", "--unroll_length=20", "--num_envs=2", "--num_actors=1",
+              f"--logdir={tmp_path}", "--log_interval_s=1"]
+    first = run(["--job_name=local", *common, "--total_environment_frames=3200",
+                 f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "PongNoFrameskip-v4_SimpleConvNetAgent"
+    assert (run_dir / "checkpoint.pt").exists()
+    second = run(["--job_name=local", *common, "--total_environment_frames=6400",
+                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert re.search(r"resumed from .* at 3200 frames", second.stderr)
+    assert last_value(run_dir / "logs.csv", "frames") >= 6400
+
+    test = run(["--mode=test", *common, "--test_num_episodes=1"], timeout=300)
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert re.search(r"mean return -?\d+\.\d+ \+- 0\.00 over 1 episodes", test.stdout)
+
+    video = run(["--mode=video", *common], timeout=300)
+    assert video.returncode == 0, video.stderr[-3000:]
+    assert (run_dir / "video.mp4").stat().st_size > 10_000
+
+
+def test_a_checkpoint_of_another_game_is_refused_before_training(tmp_path):
+    run_dir = tmp_path / "shared"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.pt").write_bytes(b"garbage")
+    result = run(["--job_name=learner", "--level_name=CartPole-v1", "--agent_name=MLPAgent",
+                  f"--logdir={tmp_path}", "--run_name=shared",
+                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=60)
+    assert result.returncode == 2
+    assert "is corrupt or not a checkpoint" in result.stderr
