@@ -9,6 +9,7 @@ trains) and answers weight requests; the training loop in `Learner.run` does the
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -138,7 +139,7 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
         behavior_logits=batch["policy_logits"], actions=batch["action"],
         rewards=batch["reward"], done=batch["done"], settings=settings,
     )
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
     stats.total_loss.backward()
     grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
     return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
@@ -180,7 +181,9 @@ class Learner:
         self.device = torch.device(
             f"cuda:{backend.local_rank}" if cfg.learner_device == "cuda" else "cpu")
         torch.set_num_threads(cfg.learner_threads)
-        torch.manual_seed(cfg.seed)
+        # Ranks start from different random weights on purpose: the broadcast from rank 0
+        # must make them equal (the sync test would catch a missing broadcast).
+        torch.manual_seed(cfg.seed + backend.rank)
         self.run_dir = Path(cfg.logdir) / cfg.resolved_run_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.run_dir / checkpoint.CHECKPOINT_NAME
@@ -206,6 +209,9 @@ class Learner:
                                         eps=cfg.epsilon)
         self.counters = self._restore(optimizer)
         self.optimizer = backend.prepare(self.model, optimizer)
+        log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
+                 self.rank, os.getpid(), self.counters.frames, self.counters.updates,
+                 parameter_checksum(self.model))
 
     # ----------------------------------------------------------------------- start-up
     def _restore(self, optimizer: torch.optim.Optimizer) -> Counters:

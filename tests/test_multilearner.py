@@ -1,0 +1,200 @@
+"""Several learners under a real mpirun, kept in sync by Horovod or torch.distributed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
+from tests.helpers import (
+    CARTPOLE_FLAGS,
+    ROOT,
+    free_port,
+    last_value,
+    read_csv,
+    start,
+    stop,
+    wait_for,
+)
+
+RUN = "CartPole-v1_MLPAgent"
+# Two learners of batch 8 average into one update of 16 unrolls: the single-learner
+# setting, so the single-learner budget applies.
+MULTI_FLAGS = [f for f in CARTPOLE_FLAGS if not f.startswith("--batch_size")] + [
+    "--batch_size=8", "--log_interval_s=1", "--learner_threads=1"]
+
+
+def test_mpirun_command_for_learners_on_different_hosts():
+    learners = [
+        LearnerLaunch("10.9.0.1", 8001, "/venv/bin/python", "/srv/impala", "0"),
+        LearnerLaunch("10.9.0.1", 8002, "/venv/bin/python", "/srv/impala", "1"),
+        LearnerLaunch("10.9.0.2", 8001, "/opt/py", "/home/u/impala", ""),
+    ]
+    options = MpiOptions(as_root=True, iface="10.9.0.0/24", ssh_command="ssh -F /tmp/cfg",
+                         master_port=29511)
+    command = mpirun_command(learners, ["--level_name=Pong", "--batch_size=32"], options)
+
+    def block(host, wdir, cuda, python, rank, port):
+        return ["-np", "1", "-host", host, "-wdir", wdir,
+                "-x", "PYTHONUNBUFFERED=1", "-x", "MASTER_ADDR=10.9.0.1",
+                "-x", "MASTER_PORT=29511", "-x", f"CUDA_VISIBLE_DEVICES={cuda}",
+                python, "experiment.py", "--job_name=learner", f"--task={rank}",
+                f"--learner_host={port}", "--level_name=Pong", "--batch_size=32"]
+
+    assert command == [
+        "mpirun", "--allow-run-as-root", "-H", "10.9.0.1:2,10.9.0.2:1",
+        "-bind-to", "none", "-map-by", "slot", "-mca", "mpi_yield_when_idle", "1",
+        "-mca", "plm_rsh_agent", "ssh -F /tmp/cfg",
+        "-mca", "oob_tcp_if_include", "10.9.0.0/24", "-mca", "btl_tcp_if_include",
+        "10.9.0.0/24",
+        *block("10.9.0.1:2", "/srv/impala", "0", "/venv/bin/python", 0, "10.9.0.1:8001"), ":",
+        *block("10.9.0.1:2", "/srv/impala", "1", "/venv/bin/python", 1, "10.9.0.1:8002"), ":",
+        *block("10.9.0.2:1", "/home/u/impala", "", "/opt/py", 2, "10.9.0.2:8001"),
+    ]
+
+
+def test_every_rank_gets_the_variables():
+    """Under a real mpirun: -x reaches every MPMD block, not just the first."""
+    learners = [LearnerLaunch("127.0.0.1", 1, sys.executable, str(ROOT), "7"),
+                LearnerLaunch("127.0.0.1", 2, sys.executable, str(ROOT), "")]
+    command = mpirun_command(learners, [], MpiOptions(master_port=31999))
+    probe = ("import os; print('RANK', os.environ['OMPI_COMM_WORLD_RANK'], "
+             "os.environ.get('MASTER_PORT'), repr(os.environ.get('CUDA_VISIBLE_DEVICES')))")
+    # Swap the learner program for a probe that prints what each rank sees.
+    position = [i for i, word in enumerate(command) if word == "experiment.py"]
+    for start_index in reversed(position):
+        end = command.index(":", start_index) if ":" in command[start_index:] else len(command)
+        command[start_index:end] = ["-c", probe]
+    output = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
+    assert "RANK 0 31999 '7'" in output
+    assert "RANK 1 31999 ''" in output
+
+
+def test_no_root_flag_for_other_users():
+    command = mpirun_command([LearnerLaunch("a", 1, "p", "/w")], [], MpiOptions(as_root=False))
+    assert "--allow-run-as-root" not in command
+    assert "plm_rsh_agent" not in command and "oob_tcp_if_include" not in command
+
+
+class Cluster:
+    """Two learner ranks under one mpirun on this host, one actor each."""
+
+    def __init__(self, tmp_path, backend: str, frames: int, extra: list[str] | None = None):
+        self.tmp_path = tmp_path
+        self.ports = [free_port(), free_port()]
+        flags = [*MULTI_FLAGS, f"--allreduce_backend={backend}", f"--logdir={tmp_path}",
+                 f"--total_environment_frames={frames}", *(extra or [])]
+        learners = [LearnerLaunch("127.0.0.1", port, sys.executable, str(ROOT))
+                    for port in self.ports]
+        self.command = mpirun_command(learners, flags,
+                                      MpiOptions(master_port=free_port()))
+        self.actor_flags = [f for f in flags if not f.startswith("--total")]
+
+    def start(self) -> None:
+        log = open(self.tmp_path / "mpirun.log", "ab")  # noqa: SIM115
+        self.mpirun = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True,
+                                       cwd=ROOT)
+        self.actors = [start(["--job_name=actor", f"--task={i}", *self.actor_flags,
+                              f"--learner_host=127.0.0.1:{port}"],
+                             self.tmp_path / f"actor-{i}.out")
+                       for i, port in enumerate(self.ports)]
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.mpirun.wait(timeout=timeout)
+        finally:
+            for actor in self.actors:
+                stop(actor)
+
+    @property
+    def run_dir(self):
+        return self.tmp_path / RUN
+
+
+def assert_ranks_in_sync(run_dir) -> pd.DataFrame:
+    """param_checksum equal (to the last bit, as written) on both ranks at every update."""
+    ranks = [pd.read_csv(run_dir / f"learner-{r}.csv", dtype={"param_checksum": str})
+             for r in (0, 1)]
+    merged = ranks[0].merge(ranks[1], on="updates", suffixes=("_0", "_1"))
+    assert len(merged) >= 3 and len(merged) == len(ranks[0]) == len(ranks[1])
+    mismatched = merged[merged["param_checksum_0"] != merged["param_checksum_1"]]
+    assert mismatched.empty, mismatched[["updates", "param_checksum_0", "param_checksum_1"]]
+    assert (merged["frames_0"] == merged["frames_1"]).all()  # one global frame count
+    return merged
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["horovod", "torch"])
+def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
+    budget = 500_000
+    cluster = Cluster(tmp_path, backend, budget)
+    cluster.start()
+    code = cluster.wait(timeout=600)
+    assert code == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    merged = assert_ranks_in_sync(cluster.run_dir)
+    assert merged["local_frames_0"].sum() > 0 and merged["local_frames_1"].sum() > 0
+    # Both ranks stopped on the same update at the global budget.
+    assert merged["frames_0"].iloc[-1] >= budget
+    episodes = pd.concat([pd.read_csv(cluster.run_dir / f"episodes-{r}.csv") for r in (0, 1)])
+    episodes = episodes.sort_values(["frames", "time"], kind="stable")
+    rolling = episodes["episode_return"].rolling(100).mean()
+    reached = episodes["frames"][rolling >= 475]
+    assert len(reached), f"best mean return over 100 episodes: {rolling.max():.1f}"
+    assert reached.iloc[0] <= budget
+    learner_log = (cluster.run_dir / "learner-0.log").read_text()
+    assert "learner 0/2" in learner_log and "learner 1/2" in (
+        cluster.run_dir / "learner-1.log").read_text()
+    # Rank 0 alone writes the run's logs.csv and checkpoint; every rank its own CSVs.
+    assert read_csv(cluster.run_dir / "logs.csv") is not None
+    assert not list(cluster.run_dir.glob("logs-*.csv"))
+
+
+@pytest.mark.slow
+def test_two_learners_resume_from_the_same_frame_count_with_identical_parameters(tmp_path):
+    first = Cluster(tmp_path, "horovod", 30_000, ["--checkpoint_interval_s=1000"])
+    first.start()
+    assert first.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    saved_frames = last_value(first.run_dir / "learner-0.csv", "frames")
+    second = Cluster(tmp_path, "horovod", 60_000, ["--checkpoint_interval_s=1000"])
+    second.start()
+    assert second.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    starts = []
+    for rank in (0, 1):
+        log = (second.run_dir / f"learner-{rank}.log").read_text()
+        starts.append(re.findall(r"rank \d \(pid \d+\) starts at (\d+) frames, (\d+) updates, "
+                                 r"parameter checksum (\S+)", log)[-1])
+    assert starts[0] == starts[1]  # same frames, updates and parameters on both ranks
+    assert int(starts[0][0]) == saved_frames > 0
+    assert_ranks_in_sync(second.run_dir)
+    assert last_value(second.run_dir / "learner-1.csv", "frames") >= 60_000
+
+
+@pytest.mark.slow
+def test_a_dead_rank_does_not_hang_the_others(tmp_path):
+    cluster = Cluster(tmp_path, "horovod", 100_000_000, ["--checkpoint_interval_s=1"])
+    cluster.start()
+    run_dir = cluster.run_dir
+    wait_for(lambda: last_value(run_dir / "learner-1.csv", "updates") > 20, 90, "training")
+    wait_for(lambda: (run_dir / "checkpoint.pt").exists(), 30, "a checkpoint")
+    pid = int(re.findall(r"rank 1 \(pid (\d+)\)", (run_dir / "learner-1.log").read_text())[0])
+    import os
+    import signal
+
+    started = time.time()
+    os.kill(pid, signal.SIGKILL)
+    code = cluster.wait(timeout=120)
+    assert code != 0 and time.time() - started < 120
+    output = (tmp_path / "mpirun.log").read_text()
+    assert "exited" in output or "terminated" in output  # mpirun says which rank died
+    from impala import checkpoint
+    from impala.config import Config
+
+    state = checkpoint.load(run_dir / "checkpoint.pt", Config(
+        level_name="CartPole-v1", agent_name="MLPAgent").to_dict())
+    assert state["counters"]["frames"] > 0
