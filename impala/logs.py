@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import numbers
 import os
 import socket
 import subprocess
@@ -22,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 LOG_COLUMNS = [
     "time", "frames", "sps", "updates", "episodes", "mean_episode_return",
@@ -129,8 +132,14 @@ class CsvLog:
 
 
 def _format(value: Any) -> Any:
-    if isinstance(value, float):
-        return repr(value)  # full precision: checksums are compared across ranks
+    """Plain numbers (NumPy scalars too); floats at full precision, since checksums are
+    compared across ranks."""
+    if isinstance(value, bool | np.bool_):
+        return int(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
     return "" if value is None else value
 
 

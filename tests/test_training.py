@@ -49,6 +49,9 @@ def test_cartpole_is_learned_within_the_frame_budget(tmp_path):
                    "grad_norm", "learning_rate", "policy_lag", "queue_depth",
                    "dropped_messages"):
         assert column in logs.columns
+    numeric = logs.drop(columns=["mean_episode_return", "mean_episode_length"]).dropna()
+    assert all(dtype.kind in "if" for dtype in numeric.dtypes), numeric.dtypes
+    assert logs["mean_episode_return"].dropna().dtype.kind == "f"
     assert logs["frames"].iloc[-1] >= CARTPOLE_BUDGET
     assert logs["learning_rate"].iloc[-1] < 0.003 * 0.05  # annealed towards 0
     assert logs["policy_lag"].median() < 5  # flow control keeps actors close to the learner

@@ -1,0 +1,472 @@
+"""run_experiment_mm_raw.py: start a whole cluster from a CSV of hosts.
+
+  plan     CSV -> learner groups -> one command per process (printed by --dry_run)
+  check    every remote host over SSH, in parallel; nothing starts if one fails
+  start    a tmux session: the mpirun of all learners, a pane per actor (local, or ssh)
+  follow   a live summary until training ends (or --detach)
+  stop     --stop ends exactly the recorded processes on every host; --status reports them
+
+What was started is recorded in <run_dir>/cluster.json; each process's pid and start time
+in <run_dir>/pids/ on its host (see impala.launcher.logged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shlex
+import signal
+import sys
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from impala.config import Config, add_config_flags, config_from_namespace
+from impala.launcher import logged, tmux
+from impala.launcher.cluster import (
+    ClusterFileError,
+    LearnerGroup,
+    WorkerSpec,
+    learner_groups,
+    read_cluster_csv,
+)
+from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
+from impala.launcher.ssh import (
+    PreflightCheck,
+    SshSettings,
+    host_access,
+    is_local,
+    local_addresses,
+    mpirun_ssh_agent,
+    openssh_argv,
+    preflight,
+    run_remote,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+# Flags that the frontend sets per process instead of passing through.
+PER_PROCESS_FLAGS = ("job_name", "task", "learner_host", "num_actors", "num_envs", "mode",
+                     "actor_hosts", "run_name", "logdir")
+LEARNER_STOP_GRACE_S = 90.0  # learners save a checkpoint on SIGTERM
+ACTOR_STOP_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class FrontendOptions:
+    workers_csv_path: str
+    tmux_sess: str = "impala"
+    dry_run: bool = False
+    force: bool = False
+    detach: bool = False
+    stop: bool = False
+    status: bool = False
+    mpi_iface: str = ""
+    ssh_config: str = ""
+    ssh_options: str = ""
+    remote_workdir: str = ""
+    remote_python: str = ""
+    master_port: int = 29500
+    summary_interval_s: float = 10.0
+
+
+@dataclass
+class Process:
+    """One pane of the run, and where its pidfiles and log are."""
+
+    name: str  # learners, actor-0, actor-1, ...
+    role: str  # learners or actor
+    host: str
+    local: bool
+    title: str
+    workdir: str  # on its host
+    command: list[str]  # what the pane runs, on this host
+    pidfile: str  # of the pane's wrapper, on this host
+    log: str  # on this host
+    remote_pidfile: str = ""  # of the process itself on a remote host
+    remote_python: str = ""
+    csv_line: int = 0
+
+
+@dataclass
+class Plan:
+    run_dir: Path
+    groups: list[LearnerGroup]
+    processes: list[Process]
+
+
+# ------------------------------------------------------------------------------- plan
+def _resolve(workdir: str, logdir: str, run_name: str) -> str:
+    path = Path(logdir)
+    return str(path / run_name if path.is_absolute() else Path(workdir) / path / run_name)
+
+
+def _training_flags(cfg: Config) -> list[str]:
+    return [flag for flag in cfg.to_argv()
+            if flag.split("=", 1)[0].lstrip("-") not in PER_PROCESS_FLAGS]
+
+
+def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
+    addresses = local_addresses()
+    settings = _ssh_settings(opts)
+    run_name = cfg.resolved_run_name
+    run_dir = Path(_resolve(str(PROJECT_ROOT), cfg.logdir, run_name))
+    common = _training_flags(cfg) + [f"--logdir={cfg.logdir}", f"--run_name={run_name}"]
+    groups = learner_groups(workers)
+
+    def workdir_of(worker: WorkerSpec, local: bool) -> str:
+        return str(PROJECT_ROOT) if local else (worker.workdir or opts.remote_workdir
+                                                 or str(PROJECT_ROOT))
+
+    def python_of(worker: WorkerSpec, local: bool, workdir: str) -> str:
+        if local:
+            return worker.python or sys.executable
+        return worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
+
+    wrapper = [sys.executable, "-m", "impala.launcher.logged"]
+    learners = []
+    for group in groups:
+        worker = group.learner
+        local = is_local(worker.ip, addresses)
+        workdir = workdir_of(worker, local)
+        learners.append(LearnerLaunch(worker.ip, worker.port, python_of(worker, local, workdir),
+                                      workdir, worker.cuda_visible_devices))
+    mpi = mpirun_command(learners, common, MpiOptions(
+        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(settings),
+        master_port=opts.master_port))
+    processes = [Process(
+        name="learners", role="learners", host=", ".join(sorted({w.ip for w in
+                                                                 (g.learner for g in groups)})),
+        local=True, title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
+        command=[*wrapper, "--pidfile", str(run_dir / "pids" / "learners.pid"),
+                 "--log", str(run_dir / "mpirun.log"), "--", *mpi],
+        pidfile=str(run_dir / "pids" / "learners.pid"), log=str(run_dir / "mpirun.log"))]
+
+    # Actor i is the i-th actor of the file and serves learner i mod L.
+    actors = [w for w in workers if w.job == "actor"]
+    for task, worker in enumerate(actors):
+        group = groups[task % len(groups)]
+        processes.append(_actor_process(cfg, opts, settings, worker, group, task, common,
+                                         run_dir, addresses, workdir_of, python_of))
+    return Plan(run_dir=run_dir, groups=groups, processes=processes)
+
+
+def _actor_process(cfg, opts, settings, worker, group, task, common, run_dir, addresses,
+                   workdir_of, python_of) -> Process:
+    local = is_local(worker.ip, addresses)
+    workdir = workdir_of(worker, local)
+    python = python_of(worker, local, workdir)
+    name = f"actor-{task}"
+    actor = ["env", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}", python,
+             "experiment.py", "--job_name=actor", f"--task={task}",
+             f"--learner_host={group.learner.address}",
+             f"--num_envs={worker.num_envs or cfg.num_envs}", *common]
+    pidfile = str(run_dir / "pids" / f"{name}.pid")
+    log = str(run_dir / f"{name}.log")
+    wrapper = [sys.executable, "-m", "impala.launcher.logged"]
+    title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
+    if local:
+        return Process(name, "actor", worker.ip, True, title, workdir,
+                       [*wrapper, "--pidfile", pidfile, "--log", log, "--", *actor],
+                       pidfile, log, csv_line=worker.line)
+    remote_run_dir = _resolve(workdir, cfg.logdir, cfg.resolved_run_name)
+    remote_pidfile = f"{remote_run_dir}/pids/{name}.pid"
+    remote_line = (f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m "
+                   f"impala.launcher.logged --pidfile {shlex.quote(remote_pidfile)} -- "
+                   f"{shlex.join(actor)}")
+    if worker.ssh_password:
+        # OpenSSH cannot take a password non-interactively: a paramiko relay reads it from
+        # the CSV itself, so it is on no command line.
+        transport = [sys.executable, "-m", "impala.launcher.relay", "--csv",
+                     str(Path(opts.workers_csv_path).resolve()), "--line", str(worker.line)]
+        if opts.ssh_config:
+            transport += ["--ssh_config", opts.ssh_config]
+        transport += ["--", "sh", "-c", remote_line]
+    else:
+        transport = [*openssh_argv(host_access(worker, settings), settings, tty=True),
+                     remote_line]
+    local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
+    return Process(name, "actor", worker.ip, False, title, workdir,
+                   [*wrapper, "--pidfile", local_pidfile, "--log", log, "--", *transport],
+                   local_pidfile, log, remote_pidfile=remote_pidfile, remote_python=python,
+                   csv_line=worker.line)
+
+
+def _ssh_settings(opts: FrontendOptions) -> SshSettings:
+    return SshSettings(config_file=opts.ssh_config, options=tuple(shlex.split(opts.ssh_options)))
+
+
+def describe_plan(plan: Plan) -> str:
+    lines = [f"run directory: {plan.run_dir}", ""]
+    for group in plan.groups:
+        actors = ", ".join(a.address for a in group.actors) or "(none)"
+        lines.append(f"learner {group.rank} at {group.learner.address} "
+                     f"(CSV line {group.learner.line}): actors {actors}")
+    lines.append("")
+    for process in plan.processes:
+        where = "this host" if process.local else f"{process.host} via ssh"
+        lines.append(f"[{process.title}] on {where}, log {process.log}:")
+        lines.append(f"  {shlex.join(process.command)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ start
+def preflight_checks(plan: Plan, opts: FrontendOptions,
+                     workers: list[WorkerSpec]) -> list[PreflightCheck]:
+    settings = _ssh_settings(opts)
+    by_host: dict[str, PreflightCheck] = {}
+    addresses = local_addresses()
+    learner_ips = {g.learner.ip for g in plan.groups}
+    for worker in workers:
+        if is_local(worker.ip, addresses):
+            continue
+        workdir = worker.workdir or opts.remote_workdir or str(PROJECT_ROOT)
+        python = worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
+        key = worker.ip
+        previous = by_host.get(key)
+        lines = (previous.lines if previous else ()) + (worker.line,)
+        by_host[key] = PreflightCheck(host_access(worker, settings), python, workdir,
+                                      needs_mpi=worker.ip in learner_ips, lines=lines)
+    return list(by_host.values())
+
+
+def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: Plan) -> int:
+    checks = preflight_checks(plan, opts, workers)
+    if checks:
+        print(f"checking {len(checks)} remote host(s) over ssh ...", flush=True)
+    problems = preflight(checks)
+    if problems:
+        print("preflight failed; nothing was started:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    (plan.run_dir / "pids").mkdir(exist_ok=True)
+    learners, actors = plan.processes[0], plan.processes[1:]
+    try:
+        panes = tmux.start_panes(
+            opts.tmux_sess,
+            tmux.PaneSpec(learners.title, shlex.join(learners.command), learners.workdir),
+            [tmux.PaneSpec(p.title, shlex.join(p.command), str(PROJECT_ROOT)) for p in actors],
+            force=opts.force)
+    except tmux.TmuxSessionExists as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    record = {"tmux_session": opts.tmux_sess, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "workers_csv_path": str(Path(opts.workers_csv_path).resolve()),
+              "ssh_config": opts.ssh_config, "ssh_options": opts.ssh_options,
+              "panes": panes, "processes": [asdict(p) for p in plan.processes]}
+    (plan.run_dir / "cluster.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"started {len(plan.groups)} learner(s) and {len(actors)} actor(s) in tmux session "
+          f"{opts.tmux_sess!r}; run directory {plan.run_dir}", flush=True)
+    print(f"  attach: tmux attach -t {opts.tmux_sess}    (Ctrl-b n / Ctrl-b p: next/previous "
+          "window, Ctrl-b o: next pane, Ctrl-b d: detach)", flush=True)
+    stop_hint = shlex.join([sys.executable, "run_experiment_mm_raw.py", *sys.argv[1:], "--stop"])
+    print(f"  stop:   {stop_hint}", flush=True)
+    if opts.detach:
+        return 0
+    return follow(cfg, opts, plan)
+
+
+def _read_summary(plan: Plan) -> dict[str, str] | None:
+    path = plan.run_dir / "logs.csv"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    if len(lines) < 2:
+        return None
+    return next(csv.DictReader(io.StringIO(lines[0] + "\n" + lines[-1])))
+
+
+def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
+    """Print a summary line until the learners exit; Ctrl-C stops the whole run."""
+    interrupted = threading.Event()
+
+    def on_signal(signum: int, _frame) -> None:
+        interrupted.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    learners = plan.processes[0]
+    actors = plan.processes[1:]
+    time.sleep(2)
+    while not interrupted.wait(opts.summary_interval_s):
+        alive = sum(logged.is_running(Path(p.pidfile)) for p in actors)
+        row = _read_summary(plan)
+        if row:
+            mean_return = row.get("mean_episode_return") or "n/a"
+            frames = int(float(row["frames"]))
+            print(f"frames {frames:,}/{cfg.total_environment_frames:,} "
+                  f"({100 * frames / cfg.total_environment_frames:.1f}%) | "
+                  f"SPS {float(row['sps']):,.0f} | return {mean_return} | "
+                  f"actors alive {alive}/{len(actors)}", flush=True)
+        else:
+            print(f"waiting for the learners' first log row | actors alive "
+                  f"{alive}/{len(actors)}", flush=True)
+        if not logged.is_running(Path(learners.pidfile)):
+            status = logged.last_line(Path(learners.log))
+            print(f"learners ended ({status}); stopping the actors", flush=True)
+            stop_processes(plan.processes, opts, csv_path=opts.workers_csv_path)
+            tmux.kill_session(opts.tmux_sess)
+            return 0 if status.endswith("exited with status 0") else 1
+    print("interrupted: stopping the whole run", flush=True)
+    stop_processes(plan.processes, opts, csv_path=opts.workers_csv_path)
+    tmux.kill_session(opts.tmux_sess)
+    return 0
+
+
+# ------------------------------------------------------------------------ stop, status
+def _remote_access(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec]):
+    return host_access(workers[process.csv_line], _ssh_settings(opts))
+
+
+def _stop_one(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec]) -> str:
+    grace = LEARNER_STOP_GRACE_S if process.role == "learners" else ACTOR_STOP_GRACE_S
+    results = []
+    if process.remote_pidfile:
+        try:
+            command = (f"{shlex.quote(process.remote_python)} -m impala.launcher.logged "
+                       f"--stop {shlex.quote(process.remote_pidfile)} --grace_s {grace}")
+            code, output = run_remote(_remote_access(process, opts, workers),
+                                      f"cd {shlex.quote(process.workdir)} && {command}",
+                                      timeout=grace + 30)
+            results.append(f"remote: {output.strip() or code}")
+        except (ConnectionError, KeyError) as exc:
+            results.append(f"remote: could not stop ({exc})")
+    results.append(logged.stop(Path(process.pidfile), grace))
+    return "; ".join(results)
+
+
+def stop_processes(processes: list[Process], opts: FrontendOptions, csv_path: str) -> bool:
+    """Stop every recorded process in parallel; True if none had to be given up on."""
+    workers = _workers_by_line(csv_path)
+    with ThreadPoolExecutor(max_workers=max(1, len(processes))) as pool:
+        results = list(pool.map(lambda p: _stop_one(p, opts, workers), processes))
+    ok = True
+    for process, result in zip(processes, results, strict=True):
+        print(f"  {process.name} on {process.host}: {result}", flush=True)
+        ok = ok and "could not" not in result
+    return ok
+
+
+def _workers_by_line(csv_path: str) -> dict[int, WorkerSpec]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {w.line: w for w in read_cluster_csv(csv_path)}
+    except ClusterFileError:
+        return {}
+
+
+def _load_record(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_run(opts: FrontendOptions, run_dir: Path) -> int:
+    record = _load_record(run_dir)
+    if record is None:
+        print(f"error: no cluster.json in {run_dir}: nothing recorded to stop (pass the same "
+              "--logdir/--run_name/training flags as the start)", file=sys.stderr)
+        return 1
+    processes = [Process(**p) for p in record["processes"]]
+    print(f"stopping {len(processes)} process group(s) of {run_dir} ...", flush=True)
+    ok = stop_processes(processes, opts, record["workers_csv_path"])
+    if tmux.kill_session(record["tmux_session"]):
+        print(f"  tmux session {record['tmux_session']!r} killed", flush=True)
+    return 0 if ok else 1
+
+
+def status_run(opts: FrontendOptions, run_dir: Path) -> int:
+    record = _load_record(run_dir)
+    if record is None:
+        print(f"error: no cluster.json in {run_dir}", file=sys.stderr)
+        return 1
+    workers = _workers_by_line(record["workers_csv_path"])
+    for p in (Process(**p) for p in record["processes"]):
+        alive = logged.is_running(Path(p.pidfile))
+        if p.remote_pidfile:
+            try:
+                _, output = run_remote(_remote_access(p, opts, workers),
+                                       f"{shlex.quote(p.remote_python)} -m impala.launcher."
+                                       f"logged --status {shlex.quote(p.remote_pidfile)}")
+                alive = output.startswith("alive")
+            except (ConnectionError, KeyError) as exc:
+                print(f"{p.name:10s} {p.host:15s} unknown ({exc})")
+                continue
+        print(f"{p.name:10s} {p.host:15s} {'alive' if alive else 'dead ':5s} "
+              f"{logged.last_line(Path(p.log))}")
+    return 0
+
+
+# ------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="run_experiment_mm_raw.py",
+        description="Start learners (one mpirun) and actors (tmux panes) from a CSV of hosts.")
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--workers_csv_path", required=True,
+                       help="CSV: job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,"
+                            "ssh_password[,num_envs,python,workdir,ssh_key]")
+    group.add_argument("--tmux_sess", default="impala", help="tmux session name")
+    group.add_argument("--dry_run", action="store_true",
+                       help="print the plan and every command, start nothing")
+    group.add_argument("--force", action="store_true",
+                       help="replace an existing tmux session of that name")
+    group.add_argument("--detach", action="store_true", help="return right after starting")
+    group.add_argument("--stop", action="store_true",
+                       help="stop exactly the processes of this run on every host")
+    group.add_argument("--status", action="store_true",
+                       help="show each process of this run alive or dead with its last line")
+    group.add_argument("--mpi_iface", default="",
+                       help="network (CIDR) or interface for MPI traffic, e.g. 10.0.0.0/24")
+    group.add_argument("--ssh_config", default="", help="ssh_config file for ssh and mpirun")
+    group.add_argument("--ssh_options", default="",
+                       help="extra OpenSSH options for ssh and mpirun, e.g. '-o "
+                            "ConnectTimeout=5'")
+    group.add_argument("--remote_workdir", default="",
+                       help="project checkout on remote hosts (default: this checkout's path)")
+    group.add_argument("--remote_python", default="",
+                       help="interpreter on remote hosts (default: <workdir>/.venv/bin/python)")
+    group.add_argument("--master_port", type=int, default=29500,
+                       help="torch.distributed rendezvous port (--allreduce_backend=torch)")
+    group.add_argument("--summary_interval_s", type=float, default=10.0)
+    add_config_flags(parser.add_argument_group("training (passed to every process)"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    opts = FrontendOptions(**{name: getattr(args, name)
+                              for name in FrontendOptions.__dataclass_fields__})
+    try:
+        cfg = config_from_namespace(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    run_dir = Path(_resolve(str(PROJECT_ROOT), cfg.logdir, cfg.resolved_run_name))
+    if opts.stop:
+        return stop_run(opts, run_dir)
+    if opts.status:
+        return status_run(opts, run_dir)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            workers = read_cluster_csv(opts.workers_csv_path)
+        for warning in caught:
+            print(f"warning: {warning.message}", file=sys.stderr)
+    except ClusterFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    plan = build_plan(cfg, opts, workers)
+    if opts.dry_run:
+        print(describe_plan(plan))
+        return 0
+    return start(cfg, opts, workers, plan)
