@@ -99,7 +99,9 @@ def connect(access: HostAccess, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.
     try:
         client.connect(
             access.host, port=access.port, username=access.username,
-            password=access.password or None, key_filename=access.key_file or None,
+            # A password in the CSV is the login asked for: keys are not tried then.
+            password=access.password or None,
+            key_filename=(access.key_file or None) if not access.password else None,
             timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
             allow_agent=not access.password, look_for_keys=not access.password,
         )

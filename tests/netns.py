@@ -1,0 +1,145 @@
+"""Test hosts in network namespaces: a bridge on a private test subnet, and per host a
+namespace with its own address and its own sshd (key login; optionally password login).
+
+Only addresses inside namespaces made here (and the bridge's own) are ever used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SUBNET = "10.213.77"  # private test subnet, only inside the namespaces made here
+BRIDGE = "impbr0"
+BRIDGE_ADDRESS = f"{SUBNET}.254"
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=60)
+
+
+def unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "ssh", "ssh-keygen", "/usr/sbin/sshd", "mpirun"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed"
+    probe = sh("ip", "netns", "add", "impprobe", check=False)
+    if probe.returncode != 0:
+        return f"cannot make network namespaces here: {probe.stderr.strip()}"
+    sh("ip", "netns", "del", "impprobe", check=False)
+    return None
+
+
+@dataclass
+class NamespaceHost:
+    name: str  # namespace
+    address: str
+    sshd_pidfile: Path
+
+    def pids(self) -> set[int]:
+        out = sh("ip", "netns", "pids", self.name, check=False).stdout.split()
+        return {int(p) for p in out}
+
+    def sshd_pid(self) -> int:
+        return int(self.sshd_pidfile.read_text().split()[0])
+
+
+class NamespaceNetwork:
+    """`count` hosts at SUBNET.1 .. SUBNET.count; `ssh_config` logs in as root with a key."""
+
+    def __init__(self, workdir: Path, count: int = 3, password_hosts: tuple[int, ...] = ()):
+        self.workdir = workdir
+        self.count = count
+        self.password_hosts = password_hosts  # indices whose sshd takes passwords too
+        self.hosts: list[NamespaceHost] = []
+        self.key = workdir / "id_ed25519"
+        self.ssh_config = workdir / "ssh_config"
+
+    def __enter__(self) -> NamespaceNetwork:
+        try:
+            self._make_keys()
+            self._make_bridge()
+            for index in range(self.count):
+                self.hosts.append(self._make_host(index))
+            for host in self.hosts:
+                self._wait_for_sshd(host)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _make_keys(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.workdir / "host_key"))
+        (self.workdir / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
+        self.ssh_config.write_text(
+            f"Host {SUBNET}.*\n  User root\n  IdentityFile {self.key}\n  IdentitiesOnly yes\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+            "  ConnectTimeout 10\n")
+
+    def _make_bridge(self) -> None:
+        sh("ip", "link", "del", BRIDGE, check=False)
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
+        sh("ip", "link", "set", BRIDGE, "up")
+
+    def _make_host(self, index: int) -> NamespaceHost:
+        name = f"imphost{index}"
+        address = f"{SUBNET}.{index + 1}"
+        outside, inside = f"impv{index}", f"impv{index}p"
+        sh("ip", "netns", "del", name, check=False)
+        sh("ip", "link", "del", outside, check=False)
+        sh("ip", "netns", "add", name)
+        sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+        sh("ip", "link", "set", inside, "netns", name)
+        sh("ip", "link", "set", outside, "master", BRIDGE)
+        sh("ip", "link", "set", outside, "up")
+        for command in (["ip", "link", "set", "lo", "up"],
+                        ["ip", "addr", "add", f"{address}/24", "dev", inside],
+                        ["ip", "link", "set", inside, "up"]):
+            sh("ip", "netns", "exec", name, *command)
+        Path("/run/sshd").mkdir(exist_ok=True)
+        pidfile = self.workdir / f"sshd-{index}.pid"
+        options = [f"ListenAddress={address}", f"HostKey={self.workdir / 'host_key'}",
+                   f"AuthorizedKeysFile={self.workdir / 'authorized_keys'}",
+                   "StrictModes=no", f"PidFile={pidfile}", "UsePAM=no",
+                   "PermitRootLogin=" + ("yes" if index in self.password_hosts
+                                         else "prohibit-password"),
+                   "PasswordAuthentication=" + ("yes" if index in self.password_hosts
+                                                else "no")]
+        argv = ["ip", "netns", "exec", name, "/usr/sbin/sshd"]
+        for option in options:
+            argv += ["-o", option]
+        sh(*argv)
+        return NamespaceHost(name, address, pidfile)
+
+    def _wait_for_sshd(self, host: NamespaceHost) -> None:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            probe = sh("ssh", "-F", str(self.ssh_config), host.address, "true", check=False)
+            if probe.returncode == 0:
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"sshd on {host.address} did not come up: {probe.stderr}")
+
+    def stray_pids(self) -> dict[str, set[int]]:
+        """Processes in each namespace other than its sshd listener."""
+        return {h.name: h.pids() - {h.sshd_pid()} for h in self.hosts}
+
+    def __exit__(self, *exc) -> None:
+        for host in self.hosts:
+            for pid in host.pids():
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            sh("ip", "netns", "del", host.name, check=False)
+        for index in range(self.count):
+            sh("ip", "link", "del", f"impv{index}", check=False)
+        sh("ip", "link", "del", BRIDGE, check=False)

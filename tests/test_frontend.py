@@ -1,0 +1,244 @@
+"""The frontend: CSV validation, dry run, preflight over real sshd, tmux, mpirun, stop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import libtmux
+import pytest
+
+from tests.helpers import ROOT, last_value, wait_for
+from tests.netns import SUBNET, NamespaceNetwork, unavailable_reason
+
+FRONTEND = str(ROOT / "run_experiment_mm_raw.py")
+ORIGINAL_CSV = ROOT / "sandbox" / "local_workers_example.csv"
+HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password\n"
+CARTPOLE = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=8",
+            "--num_envs=4", "--learner_threads=1", "--log_interval_s=1",
+            "--learning_rate=0.003", "--discounting=0.98"]
+NETNS_SKIP = unavailable_reason()
+
+
+def frontend(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, FRONTEND, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def tmux_has(session: str) -> bool:
+    return libtmux.Server().has_session(session)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention `text` (e.g. the run's directory)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == __import__("os").getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(cmdline)
+    return found
+
+
+BAD_CSVS = {
+    "empty": ("", "the file is empty"),
+    "header only": (HEADER, "no rows after the header"),
+    "missing port column": ("job,ip\nlearner,localhost\n", "missing column(s): tf_port"),
+    "unknown column": (HEADER.strip() + ",gpu_model\nlearner,localhost,8001,,,,,a100\n",
+                       "line 1: unknown column(s): gpu_model"),
+    "unknown job": (HEADER + "learner,localhost,8001,,,,\nworker,localhost,9001,,,,\n",
+                    "line 3, column job: expected learner or actor, got 'worker'"),
+    "no learner": (HEADER + "actor,localhost,9001,,,,\n", "no learner"),
+    "non-integer port": (HEADER + "learner,localhost,80a1,,,,\n",
+                         "line 2, column tf_port: expected an integer in 1..65535, got '80a1'"),
+    "port out of range": (HEADER + "learner,localhost,70000,,,,\n",
+                          "line 2, column tf_port: 70000 is out of range 1..65535"),
+    "ssh port": (HEADER + "learner,localhost,8001,,0,,\n",
+                 "line 2, column ssh_port: 0 is out of range"),
+    "same ip:port twice": (HEADER + "learner,localhost,8001,,,,\nactor,localhost,8001,,,,\n",
+                           "line 3, columns ip/tf_port: localhost:8001 is already used on "
+                           "line 2"),
+    "empty ip": (HEADER + "learner,localhost,8001,,,,\nactor,,9001,,,,\n",
+                 "line 3, column ip: empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CSVS))
+def test_bad_csv_is_reported_and_nothing_starts(tmp_path, case):
+    content, message = BAD_CSVS[case]
+    path = tmp_path / "hosts.csv"
+    path.write_text(content)
+    session = f"impala-test-{abs(hash(case)) % 10**6}"
+    result = frontend(f"--workers_csv_path={path}", f"--logdir={tmp_path / 'runs'}",
+                      f"--tmux_sess={session}", *CARTPOLE)
+    assert result.returncode == 2
+    assert message in result.stderr and str(path) in result.stderr
+    assert not tmux_has(session) and not (tmp_path / "runs").exists()
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    path = tmp_path / "hosts.csv"
+    path.write_text(HEADER + "learner,localhost,abc,,,,\nboss,,9001,,,,\n")
+    result = frontend(f"--workers_csv_path={path}", *CARTPOLE)
+    assert result.returncode == 2
+    for message in ("line 2, column tf_port", "line 3, column job", "line 3, column ip"):
+        assert message in result.stderr
+
+
+def test_missing_csv_file(tmp_path):
+    result = frontend(f"--workers_csv_path={tmp_path / 'nope.csv'}")
+    assert result.returncode == 2 and "file not found" in result.stderr
+
+
+def test_port_column_is_accepted_and_more_learners_than_actors_warns(tmp_path):
+    path = tmp_path / "hosts.csv"
+    path.write_text("job,ip,port\nlearner,127.0.0.1,8001\nlearner,127.0.0.1,8002\n"
+                    "actor,127.0.0.1,9001\n")
+    result = frontend(f"--workers_csv_path={path}", "--dry_run", *CARTPOLE)
+    assert result.returncode == 0, result.stderr
+    assert "2 learners but only 1 actors" in result.stderr
+
+
+def test_dry_run_prints_the_plan_and_every_command(tmp_path):
+    session = "impala-test-dry"
+    result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--dry_run",
+                      f"--tmux_sess={session}", f"--logdir={tmp_path}", *CARTPOLE)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "learner 0 at localhost:8001 (CSV line 2): actors localhost:9001, localhost:9003" \
+        in out
+    assert "learner 1 at localhost:8002 (CSV line 3): actors localhost:9002" in out
+    assert out.count("-- mpirun ") == 1  # one mpirun for all learners
+    assert "-np 1 -host localhost:2" in out and " : -np 1 " in out
+    assert "--job_name=actor --task=2 --learner_host=localhost:8001" in out
+    assert not tmux_has(session) and not any(tmp_path.iterdir())
+
+
+def test_the_original_readme_command_line_is_accepted(tmp_path):
+    result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--dry_run",
+                      "--level_name=BreakoutNoFrameskip-v4", "--agent_name=SimpleConvNetAgent",
+                      "--num_action_repeats=1", "--batch_size=32", "--unroll_length=20",
+                      "--entropy_cost=0.01", "--learning_rate=0.0006",
+                      "--total_environment_frames=200000000", "--reward_clipping=abs_one",
+                      "--gradients_clipping=40.0", f"--logdir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert "--num_action_repeats=1" in result.stdout
+
+
+@pytest.mark.slow
+def test_local_cluster_from_the_original_csv(tmp_path):
+    """2 learners, 3 actors on this host: panes, training, checkpoint, status, stop."""
+    session = "impala-test-local"
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    flags = [f"--workers_csv_path={ORIGINAL_CSV}", f"--tmux_sess={session}",
+             f"--logdir={tmp_path}", "--total_environment_frames=100000000",
+             "--checkpoint_interval_s=2", *CARTPOLE]
+    started = frontend(*flags, "--detach", "--force")
+    assert started.returncode == 0, started.stderr
+    assert f"tmux attach -t {session}" in started.stdout
+    try:
+        titles = {pane.pane_title for pane in libtmux.Server().sessions.get(
+            session_name=session).panes}
+        assert titles == {"learners x2 (mpirun)", "actor-0 localhost:9001 -> learner 0",
+                          "actor-1 localhost:9002 -> learner 1",
+                          "actor-2 localhost:9003 -> learner 0"}
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 30_000, 120, "training")
+        wait_for(lambda: (run_dir / "checkpoint.pt").exists(), 30, "a checkpoint")
+        for name in ("mpirun.log", "actor-0.log", "actor-1.log", "actor-2.log",
+                     "learner-0.log", "learner-1.log"):
+            assert (run_dir / name).stat().st_size > 0, name
+        status = frontend(*flags, "--status")
+        assert status.stdout.count(" alive ") == 4, status.stdout
+        again = frontend(*flags, "--detach")  # the session exists: an error without --force
+        assert again.returncode == 1 and "exists already" in again.stderr
+    finally:
+        stopped = frontend(*flags, "--stop", timeout=200)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not tmux_has(session)
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 10, "no process of the run left")
+    assert "received SIGTERM" in (run_dir / "learner-0.log").read_text()
+    assert "checkpoint saved" in (run_dir / "learner-0.log").read_text()
+
+
+@pytest.mark.slow
+def test_foreground_run_ends_by_itself_at_the_budget(tmp_path):
+    session = "impala-test-fg"
+    result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", f"--tmux_sess={session}",
+                      f"--logdir={tmp_path}", "--total_environment_frames=40000",
+                      "--summary_interval_s=2", "--force", *CARTPOLE, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "actors alive 3/3" in result.stdout
+    assert "learners ended" in result.stdout
+    assert not tmux_has(session)
+    assert not processes_mentioning(str(tmp_path))
+    assert last_value(tmp_path / "CartPole-v1_MLPAgent" / "logs.csv", "frames") >= 40_000
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory):
+    if NETNS_SKIP:
+        pytest.skip(f"multi-host tests need network namespaces: {NETNS_SKIP}")
+    with NamespaceNetwork(tmp_path_factory.mktemp("net"), 3, password_hosts=(2,)) as net:
+        yield net
+
+
+def test_preflight_reports_unreachable_hosts_and_wrong_passwords(tmp_path, network):
+    wrong_password = "not-the-password-123"
+    path = tmp_path / "hosts.csv"
+    path.write_text(HEADER + "learner,127.0.0.1,8001,,,,\n"
+                    f"actor,{SUBNET}.9,9001,,,,\n"  # no host has this address
+                    f"actor,{SUBNET}.3,9002,,,root,{wrong_password}\n")
+    session = "impala-test-preflight"
+    result = frontend(f"--workers_csv_path={path}", f"--tmux_sess={session}",
+                      f"--logdir={tmp_path / 'runs'}", f"--ssh_config={network.ssh_config}",
+                      *CARTPOLE, timeout=120)
+    assert result.returncode == 1
+    assert f"root@{SUBNET}.9:22: unreachable" in result.stderr
+    assert "(CSV line 3)" in result.stderr and "(CSV line 4)" in result.stderr
+    assert f"root@{SUBNET}.3:22: authentication with password failed" in result.stderr
+    assert "nothing was started" in result.stderr
+    assert wrong_password not in result.stdout + result.stderr
+    assert not tmux_has(session) and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_multi_host_cluster_over_ssh(tmp_path, network):
+    """Two learners on two namespace hosts under one mpirun, two actors on a third, all
+    started over SSH; training reaches its budget; --stop leaves nothing in any host."""
+    a, b, c = (h.address for h in network.hosts)
+    path = tmp_path / "hosts.csv"
+    path.write_text(HEADER + f"learner,{a},8001,,,,\nlearner,{b},8001,,,,\n"
+                    f"actor,{c},9001,,,,\nactor,{c},9002,,,,\n")
+    session = "impala-test-multihost"
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}", f"--logdir={tmp_path}",
+             f"--ssh_config={network.ssh_config}", f"--mpi_iface={SUBNET}.0/24",
+             "--total_environment_frames=100000000", *CARTPOLE]
+    started = frontend(*flags, "--detach", "--force", timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "checking 3 remote host(s)" in started.stdout
+    try:
+        wait_for(lambda: last_value(run_dir / "learner-1.csv", "frames") > 20_000, 180,
+                 "training on both learners")
+        # Each learner ran in its own host's namespace, each actor in the third.
+        pids = {h.name: h.pids() for h in network.hosts}
+        assert all(len(p) > 1 for p in pids.values()), pids
+        assert "listening on tcp://" + a in (run_dir / "learner-0.log").read_text()
+        assert "listening on tcp://" + b in (run_dir / "learner-1.log").read_text()
+        status = frontend(*flags, "--status")
+        assert status.stdout.count(" alive ") == 3, status.stdout
+    finally:
+        stopped = frontend(*flags, "--stop", timeout=200)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    wait_for(lambda: not any(network.stray_pids().values()), 30,
+             "no process of the run left in any namespace")
+    assert not tmux_has(session)
+    time.sleep(0.5)
+    assert not processes_mentioning(str(tmp_path))
