@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from impala.config import Config, parse_host_port
-from impala.envs import EnvSettings, create_env
+from impala.envs import FRAME_STACK, EnvSettings, create_env, is_atari
 from impala.learner import weights_schema
 from impala.nets import Agent, AgentOutput, create_agent
 from impala.rollout import UnrollLayout, core_shapes_of
@@ -117,8 +117,9 @@ class EnvStep:
 
     observation: np.ndarray
     reward: np.ndarray
-    done: np.ndarray
+    done: np.ndarray  # an episode end for the learner (a lost life counts)
     last_action: np.ndarray
+    episode_start: np.ndarray  # the environment was reset (its frame stack restarted)
 
 
 class Actor:
@@ -136,7 +137,8 @@ class Actor:
         self.model.eval()
         self.layout = UnrollLayout(cfg.unroll_length, tuple(space.shape), space.dtype.name,
                                    int(self.envs[0].action_space.n),
-                                   core_shapes_of(self.model.initial_state(1)))
+                                   core_shapes_of(self.model.initial_state(1)),
+                                   frame_stack=FRAME_STACK if is_atari(cfg.level_name) else 0)
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs)
@@ -151,12 +153,12 @@ class Actor:
         n = len(self.envs)
         observations = np.stack([env.reset()[0] for env in self.envs])
         return EnvStep(observations, np.zeros(n, np.float32), np.ones(n, bool),
-                       np.zeros(n, np.int64))
+                       np.zeros(n, np.int64), np.ones(n, bool))
 
     def _step_all(self, actions: np.ndarray) -> EnvStep:
         n = len(self.envs)
         observations = []
-        rewards, dones = np.zeros(n, np.float32), np.zeros(n, bool)
+        rewards, dones, resets = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
         for i, env in enumerate(self.envs):
             obs, reward, terminated, truncated, info = env.step(int(actions[i]))
             rewards[i] = reward
@@ -164,11 +166,11 @@ class Actor:
                 episode = info["episode"]
                 self.finished[i].append((float(episode["r"]), int(episode["l"])))
                 obs, _ = env.reset()
-                dones[i] = True
+                dones[i] = resets[i] = True
             elif info.get("life_lost", False):
                 dones[i] = True  # an episode end for the learner; the game goes on
             observations.append(obs)
-        return EnvStep(np.stack(observations), rewards, dones, actions.astype(np.int64))
+        return EnvStep(np.stack(observations), rewards, dones, actions.astype(np.int64), resets)
 
     @torch.no_grad()
     def _act(self, step: EnvStep, core: tuple[torch.Tensor, ...]
@@ -181,7 +183,14 @@ class Actor:
 
     def _record(self, t: int, step: EnvStep, output: AgentOutput) -> None:
         b = self.buffers
-        b["observation"][:, t] = step.observation
+        stack = self.layout.frame_stack
+        if stack:  # each frame once: step 0's history, then every step's newest frame
+            if t == 0:
+                b["frames"][:, : stack - 1] = step.observation[:, : stack - 1]
+            b["frames"][:, stack - 1 + t] = step.observation[:, stack - 1]
+            b["episode_start"][:, t] = step.episode_start
+        else:
+            b["observation"][:, t] = step.observation
         b["reward"][:, t] = step.reward
         b["done"][:, t] = step.done
         b["last_action"][:, t] = step.last_action

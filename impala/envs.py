@@ -136,6 +136,7 @@ class EnvInfo:
     observation_dtype: np.dtype
     num_actions: int
     frames_per_step: int  # the action repeat for Atari, 1 otherwise
+    frame_stack: int  # frames per observation for Atari (sent once each), 0 otherwise
 
 
 def describe_env(settings: EnvSettings) -> EnvInfo:
@@ -153,6 +154,7 @@ def describe_env(settings: EnvSettings) -> EnvInfo:
             observation_dtype=np.dtype(space.dtype),
             num_actions=int(env.action_space.n),
             frames_per_step=settings.num_action_repeats if is_atari(settings.level_name) else 1,
+            frame_stack=FRAME_STACK if is_atari(settings.level_name) else 0,
         )
     finally:
         env.close()

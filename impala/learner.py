@@ -77,6 +77,7 @@ class UnrollReceiver(threading.Thread):
         self.drops = DropLog(log.warning)
         self.stop_event = threading.Event()
         self.unrolls = 0
+        self.unroll_bytes = 0  # on the wire, headers included (for bench/system.py)
         self.senders: set[str] = set()
         self._weights: tuple[int, list[Any]] | None = None
         self._lock = threading.Lock()
@@ -96,6 +97,7 @@ class UnrollReceiver(threading.Thread):
                 message = decode(frames, self.schemas, self.max_bytes)
                 if message.kind == "unroll":
                     self._take_unroll(message)
+                    self.unroll_bytes += sum(len(frame) for frame in frames)
                 else:
                     self._answer_weights_request(identity, message.meta)
             except WireError as exc:
@@ -198,6 +200,7 @@ class Learner:
             observation_dtype=env_info.observation_dtype.name,
             num_actions=env_info.num_actions,
             core_shapes=core_shapes_of(self.model.initial_state(1)),
+            frame_stack=env_info.frame_stack,
         )
         # Frames this learner consumes per update (agent steps x action repeat).
         self.frames_per_update = cfg.batch_size * cfg.unroll_length * env_info.frames_per_step
@@ -389,6 +392,7 @@ class Learner:
             **interval.last,
             "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
             "queue_depth": batches.depth(), "dropped_messages": receiver.drops.total,
+            "unroll_bytes": receiver.unroll_bytes,
         }
         writers["logs"].write(row)
         writers["tensorboard"].write(row, self.counters.frames)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from impala.framestack import rebuild_stacks
 from impala.transport import FieldSpec, Message, WireError
 
 
@@ -26,12 +27,25 @@ class UnrollLayout:
     observation_dtype: str
     num_actions: int
     core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
+    frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
 
     def schema(self) -> dict[str, FieldSpec]:
-        """The arrays of one unroll message, each with a leading T+1 (core: none)."""
+        """The arrays of one unroll message, each with a leading T+1 (core: none).
+
+        With frame stacking, `observation` travels as `frames` [T+S, H, W] plus
+        `episode_start` [T+1] (see framestack.py) and is rebuilt on the learner.
+        """
         steps = self.unroll_length + 1
-        fields = {
-            "observation": FieldSpec(self.observation_dtype, (steps, *self.observation_shape)),
+        if self.frame_stack:
+            stack, *frame_shape = self.observation_shape
+            fields = {
+                "frames": FieldSpec(self.observation_dtype, (steps + stack - 1, *frame_shape)),
+                "episode_start": FieldSpec("bool", (steps,)),
+            }
+        else:
+            fields = {"observation": FieldSpec(self.observation_dtype,
+                                               (steps, *self.observation_shape))}
+        fields |= {
             "reward": FieldSpec("float32", (steps,)),
             "done": FieldSpec("bool", (steps,)),
             "last_action": FieldSpec("int64", (steps,)),
@@ -40,6 +54,15 @@ class UnrollLayout:
         }
         for k, shape in enumerate(self.core_shapes):
             fields[f"core_{k}"] = FieldSpec("float32", shape)
+        return fields
+
+    def batch_fields(self) -> dict[str, FieldSpec]:
+        """What a learner batch holds per unroll: the schema with observations rebuilt."""
+        fields = {name: spec for name, spec in self.schema().items()
+                  if name not in ("frames", "episode_start")}
+        steps = self.unroll_length + 1
+        fields["observation"] = FieldSpec(self.observation_dtype,
+                                          (steps, *self.observation_shape))
         return fields
 
 
@@ -77,7 +100,7 @@ class Batch:
     def __init__(self, layout: UnrollLayout, batch_size: int) -> None:
         self.size = batch_size
         self.arrays: dict[str, np.ndarray] = {}
-        for name, spec in layout.schema().items():
+        for name, spec in layout.batch_fields().items():
             # Steps [T+1, ...] -> [T+1, B, ...]; core [L, H] -> [L, B, H] as nn.LSTM takes it.
             shape = (spec.shape[0], batch_size, *spec.shape[1:])
             self.arrays[name] = np.zeros(shape, dtype=spec.dtype)
@@ -89,8 +112,13 @@ class Batch:
     def add(self, message: Message, version: int, episodes: EpisodeStats) -> None:
         """Copy one validated unroll into the next free column (the only copy it gets)."""
         column = self.filled
-        for name, array in message.arrays.items():
-            self.arrays[name][:, column] = array
+        arrays = message.arrays
+        if "frames" in arrays:
+            rebuild_stacks(arrays["frames"], arrays["episode_start"],
+                           self.arrays["observation"][:, column])
+        for name, array in arrays.items():
+            if name not in ("frames", "episode_start"):
+                self.arrays[name][:, column] = array
         self.filled += 1
         self.policy_versions.append(version)
         self.episodes.returns.extend(episodes.returns)

@@ -51,3 +51,27 @@ def test_bad_episode_meta_is_rejected():
         assert "episode_returns" in str(exc)
     else:
         raise AssertionError("bad meta accepted")
+
+
+def test_atari_unrolls_travel_as_single_frames_and_are_rebuilt_in_the_batch():
+    layout = UnrollLayout(unroll_length=20, observation_shape=(4, 84, 84),
+                          observation_dtype="uint8", num_actions=6, core_shapes=(),
+                          frame_stack=4)
+    schema = layout.schema()
+    assert "observation" not in schema and schema["frames"].shape == (24, 84, 84)
+    per_step = sum(spec.nbytes for spec in schema.values()) / layout.unroll_length
+    assert per_step < 1.25 * 84 * 84  # (T + 3 + 1) / T frames plus a few scalars
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (24, 84, 84), dtype=np.uint8)
+    starts = np.zeros(21, bool)
+    starts[7] = True
+    arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in schema.items()}
+    arrays["frames"], arrays["episode_start"] = frames, starts
+    queue = BatchQueue(layout, batch_size=1, capacity=1)
+    queue.add(Message("unroll", "a", {"policy_version": 0}, arrays), 0, parse_unroll_meta(
+        Message("unroll", "a", {"policy_version": 0}, arrays), 4)[1], threading.Event())
+    observation = queue.get(timeout=1).arrays["observation"][:, 0]
+    assert observation.shape == (21, 4, 84, 84)
+    np.testing.assert_array_equal(observation[3], frames[3:7])  # a plain sliding window
+    np.testing.assert_array_equal(observation[7], np.stack([frames[10]] * 4))  # reset frame
+    np.testing.assert_array_equal(observation[8], np.stack([frames[10]] * 3 + [frames[11]]))

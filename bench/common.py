@@ -1,0 +1,74 @@
+"""Shared by the benchmarks: the machine, the commit, a printed table, a CSV of results.
+
+Each benchmark prints a table and appends its rows to bench/results/<name>.csv with the
+machine (cores, CPU model, torch threads) and the git commit, so numbers can be compared
+across machines and commits.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine() -> dict[str, object]:
+    return {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": git_commit(),
+            "cores": os.cpu_count(), "cpu": cpu_model()}
+
+
+def report(name: str, rows: list[dict[str, object]], columns: list[str]) -> None:
+    """Print `rows` as a table and append them, with the machine, to results/<name>.csv."""
+    widths = {c: max(len(c), *(len(_cell(r.get(c))) for r in rows)) for c in columns}
+    print("  ".join(c.rjust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(_cell(row.get(c)).rjust(widths[c]) for c in columns))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.csv"
+    info = machine()
+    fields = list(info) + columns
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({**info, **row})
+    print(f"(appended to {path.relative_to(ROOT)}; {info['cores']} cores, {info['cpu']}, "
+          f"commit {info['commit']})")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}"
+    return "" if value is None else str(value)
