@@ -110,6 +110,22 @@ def _training_flags(cfg: Config) -> list[str]:
             if flag.split("=", 1)[0].lstrip("-") not in PER_PROCESS_FLAGS]
 
 
+def workdir_of(worker: WorkerSpec, local: bool, opts: FrontendOptions) -> str:
+    """The project checkout a worker runs in: this one locally; the CSV's, the flag's, or
+    this checkout's path remotely."""
+    if local:
+        return str(PROJECT_ROOT)
+    return worker.workdir or opts.remote_workdir or str(PROJECT_ROOT)
+
+
+def python_of(worker: WorkerSpec, local: bool, workdir: str, opts: FrontendOptions) -> str:
+    """The interpreter a worker runs: the CSV's, else this one locally and the checkout's
+    .venv remotely (or --remote_python)."""
+    if local:
+        return worker.python or sys.executable
+    return worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
+
+
 def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
     addresses = local_addresses()
     settings = _ssh_settings(opts)
@@ -117,24 +133,15 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
     run_dir = Path(_resolve(str(PROJECT_ROOT), cfg.logdir, run_name))
     common = _training_flags(cfg) + [f"--logdir={cfg.logdir}", f"--run_name={run_name}"]
     groups = learner_groups(workers)
-
-    def workdir_of(worker: WorkerSpec, local: bool) -> str:
-        return str(PROJECT_ROOT) if local else (worker.workdir or opts.remote_workdir
-                                                 or str(PROJECT_ROOT))
-
-    def python_of(worker: WorkerSpec, local: bool, workdir: str) -> str:
-        if local:
-            return worker.python or sys.executable
-        return worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
-
     wrapper = [sys.executable, "-m", "impala.launcher.logged"]
     learners = []
     for group in groups:
         worker = group.learner
         local = is_local(worker.ip, addresses)
-        workdir = workdir_of(worker, local)
-        learners.append(LearnerLaunch(worker.ip, worker.port, python_of(worker, local, workdir),
-                                      workdir, worker.cuda_visible_devices))
+        workdir = workdir_of(worker, local, opts)
+        learners.append(LearnerLaunch(worker.ip, worker.port,
+                                      python_of(worker, local, workdir, opts), workdir,
+                                      worker.cuda_visible_devices))
     mpi = mpirun_command(learners, common, MpiOptions(
         iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(settings),
         master_port=opts.master_port))
@@ -151,15 +158,16 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
     for task, worker in enumerate(actors):
         group = groups[task % len(groups)]
         processes.append(_actor_process(cfg, opts, settings, worker, group, task, common,
-                                         run_dir, addresses, workdir_of, python_of))
+                                         run_dir, addresses))
     return Plan(run_dir=run_dir, groups=groups, processes=processes)
 
 
-def _actor_process(cfg, opts, settings, worker, group, task, common, run_dir, addresses,
-                   workdir_of, python_of) -> Process:
+def _actor_process(cfg: Config, opts: FrontendOptions, settings: SshSettings,
+                   worker: WorkerSpec, group: LearnerGroup, task: int, common: list[str],
+                   run_dir: Path, addresses: set[str]) -> Process:
     local = is_local(worker.ip, addresses)
-    workdir = workdir_of(worker, local)
-    python = python_of(worker, local, workdir)
+    workdir = workdir_of(worker, local, opts)
+    python = python_of(worker, local, workdir, opts)
     name = f"actor-{task}"
     actor = ["env", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}", python,
              "experiment.py", "--job_name=actor", f"--task={task}",
@@ -224,8 +232,8 @@ def preflight_checks(plan: Plan, opts: FrontendOptions,
     for worker in workers:
         if is_local(worker.ip, addresses):
             continue
-        workdir = worker.workdir or opts.remote_workdir or str(PROJECT_ROOT)
-        python = worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
+        workdir = workdir_of(worker, False, opts)
+        python = python_of(worker, False, workdir, opts)
         key = worker.ip
         previous = by_host.get(key)
         lines = (previous.lines if previous else ()) + (worker.line,)
