@@ -40,8 +40,7 @@ def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) ->
     setup_logging(run_dir / f"learner-{backend.rank}.log", f"learner-{backend.rank}")
     supervisor = None
     try:
-        learner = Learner(cfg, backend)
-        learner.stop_requested = stop
+        learner = Learner(cfg, backend, stop)
         if supervised_actors:
             from impala.local import ActorSupervisor
 

@@ -174,12 +174,13 @@ class IntervalStats:
 
 
 class Learner:
-    def __init__(self, cfg: Config, backend: Backend) -> None:
+    def __init__(self, cfg: Config, backend: Backend,
+                 stop: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.backend = backend
         self.rank = backend.rank
         self.is_chief = backend.rank == 0
-        self.stop_requested = threading.Event()
+        self.stop_requested = stop if stop is not None else threading.Event()
         self.device = torch.device(
             f"cuda:{backend.local_rank}" if cfg.learner_device == "cuda" else "cpu")
         torch.set_num_threads(cfg.learner_threads)
@@ -400,10 +401,3 @@ class Learner:
             log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
                                  run_start_frames))
 
-
-def run_learner(cfg: Config, backend: Backend, stop: threading.Event | None = None) -> str:
-    """Build a learner, train, and return its exit status (finished, stopped or error)."""
-    learner = Learner(cfg, backend)
-    if stop is not None:
-        learner.stop_requested = stop
-    return learner.run()

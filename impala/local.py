@@ -73,9 +73,6 @@ class ActorSupervisor(threading.Thread):
                         self.restarts[task] = self.restarts.get(task, 0) + 1
                         self._start(task)
 
-    def alive(self) -> int:
-        return sum(1 for p in self.procs.values() if p.poll() is None)
-
     def stop(self, timeout_s: float = 10.0) -> None:
         self.stopping.set()
         with self._lock:

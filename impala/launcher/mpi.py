@@ -14,7 +14,6 @@ Block i is rank i and serves the actors assigned to learner i.
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 
 
@@ -81,7 +80,3 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
                     f"--learner_host={learner.host}:{learner.port}", *learner_flags]
     return command
 
-
-def shell_line(command: list[str]) -> str:
-    """The command as one line a shell (or a tmux pane) runs exactly as given."""
-    return shlex.join(command)
