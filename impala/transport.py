@@ -153,7 +153,11 @@ def _is_field_entry(entry: Any) -> bool:
 
 class DropLog:
     """Counts dropped messages by reason; logs each distinct reason, then every 100th drop
-    of it, so a flood of bad messages cannot flood the log."""
+    of it, so a flood of bad messages cannot flood the log. Reasons carry sender-chosen
+    text, so at most MAX_REASONS are told apart; later ones are counted together."""
+
+    MAX_REASONS = 1000
+    OTHER = "other reasons (too many distinct ones to list)"
 
     def __init__(self, log=print, every: int = 100) -> None:
         self.counts: Counter[str] = Counter()
@@ -165,9 +169,11 @@ class DropLog:
         return sum(self.counts.values())
 
     def drop(self, sender: str, reason: str) -> None:
-        self.counts[reason] += 1
-        count = self.counts[reason]
-        if (count == 1 and len(self.counts) <= 1000) or count % self._every == 0:
+        key = reason if reason in self.counts or len(self.counts) < self.MAX_REASONS \
+            else self.OTHER
+        self.counts[key] += 1
+        count = self.counts[key]
+        if count == 1 or count % self._every == 0:
             self._log(f"dropped message from {sender}: {reason} "
                       f"({count} dropped for this reason, {self.total} in all)")
 

@@ -79,3 +79,18 @@ def test_nothing_is_unpickled():
     frames = [pickle.dumps({"kind": "unroll"}), OBS, REW]
     with pytest.raises(WireError, match="not JSON"):
         decode(frames, SCHEMAS, LIMIT)
+
+
+def test_drop_accounting_stays_bounded_under_distinct_reasons():
+    """Reasons carry sender-chosen text: a flood of distinct ones must not grow memory."""
+    from impala.transport import DropLog
+
+    logged = []
+    drops = DropLog(logged.append)
+    for i in range(DropLog.MAX_REASONS + 500):
+        drops.drop("peer", f"field 'x{i}': shape (1,), expected (2,)")
+    assert drops.total == DropLog.MAX_REASONS + 500
+    assert len(drops.counts) == DropLog.MAX_REASONS + 1
+    assert drops.counts[DropLog.OTHER] == 500
+    # Each distinct reason once; "other" at its 1st drop and at every 100th (100..500).
+    assert len(logged) == DropLog.MAX_REASONS + 1 + 5
