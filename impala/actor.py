@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from impala.config import Config, parse_host_port
-from impala.envs import FRAME_STACK, EnvSettings, create_env, is_atari
+from impala.envs import EnvSettings, create_env, frame_stack_of
 from impala.learner import weights_schema
 from impala.nets import Agent, AgentOutput, create_agent
 from impala.rollout import UnrollLayout, core_shapes_of
@@ -27,6 +27,7 @@ from impala.transport import ActorSocket, WireError, decode, encode
 log = logging.getLogger("actor")
 
 SEND_TIMEOUT_MS = 1000
+WEIGHTS_REQUEST_TIMEOUT_S = 10.0
 PARENT_PID_VARIABLE = "IMPALA_SUPERVISOR_PID"  # set by impala.local for supervised actors
 
 
@@ -47,7 +48,6 @@ class OrphanWatch(threading.Thread):
             if os.getppid() != self.parent_pid:
                 log.warning("supervisor %d has gone: stopping", self.parent_pid)
                 self.stop.set()
-WEIGHTS_REQUEST_TIMEOUT_S = 10.0
 
 
 class WeightsClient:
@@ -138,7 +138,7 @@ class Actor:
         self.layout = UnrollLayout(cfg.unroll_length, tuple(space.shape), space.dtype.name,
                                    int(self.envs[0].action_space.n),
                                    core_shapes_of(self.model.initial_state(1)),
-                                   frame_stack=FRAME_STACK if is_atari(cfg.level_name) else 0)
+                                   frame_stack=frame_stack_of(cfg.level_name))
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs)

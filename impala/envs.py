@@ -130,6 +130,11 @@ def _create_atari(settings: EnvSettings, render_mode: str | None) -> gym.Env:
     return FrameStackObservation(env, FRAME_STACK)
 
 
+def frame_stack_of(level_name: str) -> int:
+    """Frames per observation that travel once each (Atari), or 0 (observations as they are)."""
+    return FRAME_STACK if is_atari(level_name) else 0
+
+
 @dataclass(frozen=True)
 class EnvInfo:
     observation_shape: tuple[int, ...]
@@ -154,7 +159,7 @@ def describe_env(settings: EnvSettings) -> EnvInfo:
             observation_dtype=np.dtype(space.dtype),
             num_actions=int(env.action_space.n),
             frames_per_step=settings.num_action_repeats if is_atari(settings.level_name) else 1,
-            frame_stack=FRAME_STACK if is_atari(settings.level_name) else 0,
+            frame_stack=frame_stack_of(settings.level_name),
         )
     finally:
         env.close()

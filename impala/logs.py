@@ -134,9 +134,7 @@ class CsvLog:
 def _format(value: Any) -> Any:
     """Plain numbers (NumPy scalars too); floats at full precision, since checksums are
     compared across ranks."""
-    if isinstance(value, bool | np.bool_):
-        return int(value)
-    if isinstance(value, numbers.Integral):
+    if isinstance(value, numbers.Integral | np.bool_):  # bool is Integral; np.bool_ is not
         return int(value)
     if isinstance(value, numbers.Real):
         return repr(float(value))

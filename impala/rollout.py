@@ -19,6 +19,9 @@ import torch
 from impala.framestack import rebuild_stacks
 from impala.transport import FieldSpec, Message, WireError
 
+# Fields that exist only on the wire: the learner rebuilds `observation` from them.
+WIRE_ONLY_FIELDS = ("frames", "episode_start")
+
 
 @dataclass(frozen=True)
 class UnrollLayout:
@@ -59,7 +62,7 @@ class UnrollLayout:
     def batch_fields(self) -> dict[str, FieldSpec]:
         """What a learner batch holds per unroll: the schema with observations rebuilt."""
         fields = {name: spec for name, spec in self.schema().items()
-                  if name not in ("frames", "episode_start")}
+                  if name not in WIRE_ONLY_FIELDS}
         steps = self.unroll_length + 1
         fields["observation"] = FieldSpec(self.observation_dtype,
                                           (steps, *self.observation_shape))
@@ -117,7 +120,7 @@ class Batch:
             rebuild_stacks(arrays["frames"], arrays["episode_start"],
                            self.arrays["observation"][:, column])
         for name, array in arrays.items():
-            if name not in ("frames", "episode_start"):
+            if name not in WIRE_ONLY_FIELDS:
                 self.arrays[name][:, column] = array
         self.filled += 1
         self.policy_versions.append(version)

@@ -319,18 +319,26 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
         if not logged.is_running(Path(learners.pidfile)):
             status = logged.last_line(Path(learners.log))
             print(f"learners ended ({status}); stopping the actors", flush=True)
-            stop_processes(plan.processes, opts, csv_path=opts.workers_csv_path)
-            tmux.kill_session(opts.tmux_sess)
+            _end_run(plan, opts)
             return 0 if status.endswith("exited with status 0") else 1
     print("interrupted: stopping the whole run", flush=True)
-    stop_processes(plan.processes, opts, csv_path=opts.workers_csv_path)
-    tmux.kill_session(opts.tmux_sess)
+    _end_run(plan, opts)
     return 0
 
 
+def _end_run(plan: Plan, opts: FrontendOptions) -> None:
+    stop_processes(plan.processes, opts, csv_path=opts.workers_csv_path)
+    tmux.kill_session(opts.tmux_sess)
+
+
 # ------------------------------------------------------------------------ stop, status
-def _remote_access(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec]):
-    return host_access(workers[process.csv_line], _ssh_settings(opts))
+def _remote_logged(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec],
+                   arguments: list[str], timeout: float = 60.0) -> tuple[int, str]:
+    """Run `python -m impala.launcher.logged ARGUMENTS` in the process's checkout on its
+    host; raises ConnectionError, or KeyError if the CSV no longer lists its line."""
+    access = host_access(workers[process.csv_line], _ssh_settings(opts))
+    command = shlex.join([process.remote_python, "-m", "impala.launcher.logged", *arguments])
+    return run_remote(access, f"cd {shlex.quote(process.workdir)} && {command}", timeout)
 
 
 def _stop_one(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec]) -> str:
@@ -338,11 +346,9 @@ def _stop_one(process: Process, opts: FrontendOptions, workers: dict[int, Worker
     results = []
     if process.remote_pidfile:
         try:
-            command = (f"{shlex.quote(process.remote_python)} -m impala.launcher.logged "
-                       f"--stop {shlex.quote(process.remote_pidfile)} --grace_s {grace}")
-            code, output = run_remote(_remote_access(process, opts, workers),
-                                      f"cd {shlex.quote(process.workdir)} && {command}",
-                                      timeout=grace + 30)
+            code, output = _remote_logged(
+                process, opts, workers,
+                ["--stop", process.remote_pidfile, "--grace_s", str(grace)], grace + 30)
             results.append(f"remote: {output.strip() or code}")
         except (ConnectionError, KeyError) as exc:
             results.append(f"remote: could not stop ({exc})")
@@ -402,9 +408,7 @@ def status_run(opts: FrontendOptions, run_dir: Path) -> int:
         alive = logged.is_running(Path(p.pidfile))
         if p.remote_pidfile:
             try:
-                _, output = run_remote(_remote_access(p, opts, workers),
-                                       f"{shlex.quote(p.remote_python)} -m impala.launcher."
-                                       f"logged --status {shlex.quote(p.remote_pidfile)}")
+                _, output = _remote_logged(p, opts, workers, ["--status", p.remote_pidfile])
                 alive = output.startswith("alive")
             except (ConnectionError, KeyError) as exc:
                 print(f"{p.name:10s} {p.host:15s} unknown ({exc})")
@@ -416,6 +420,7 @@ def status_run(opts: FrontendOptions, run_dir: Path) -> int:
 
 # ------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    defaults = FrontendOptions  # the dataclass's class attributes are its defaults
     parser = argparse.ArgumentParser(
         prog="run_experiment_mm_raw.py",
         description="Start learners (one mpirun) and actors (tmux panes) from a CSV of hosts.")
@@ -423,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--workers_csv_path", required=True,
                        help="CSV: job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,"
                             "ssh_password[,num_envs,python,workdir,ssh_key]")
-    group.add_argument("--tmux_sess", default="impala", help="tmux session name")
+    group.add_argument("--tmux_sess", default=defaults.tmux_sess, help="tmux session name")
     group.add_argument("--dry_run", action="store_true",
                        help="print the plan and every command, start nothing")
     group.add_argument("--force", action="store_true",
@@ -433,19 +438,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop exactly the processes of this run on every host")
     group.add_argument("--status", action="store_true",
                        help="show each process of this run alive or dead with its last line")
-    group.add_argument("--mpi_iface", default="",
+    group.add_argument("--mpi_iface", default=defaults.mpi_iface,
                        help="network (CIDR) or interface for MPI traffic, e.g. 10.0.0.0/24")
-    group.add_argument("--ssh_config", default="", help="ssh_config file for ssh and mpirun")
-    group.add_argument("--ssh_options", default="",
+    group.add_argument("--ssh_config", default=defaults.ssh_config,
+                       help="ssh_config file for ssh and mpirun")
+    group.add_argument("--ssh_options", default=defaults.ssh_options,
                        help="extra OpenSSH options for ssh and mpirun, e.g. '-o "
                             "ConnectTimeout=5'")
-    group.add_argument("--remote_workdir", default="",
+    group.add_argument("--remote_workdir", default=defaults.remote_workdir,
                        help="project checkout on remote hosts (default: this checkout's path)")
-    group.add_argument("--remote_python", default="",
+    group.add_argument("--remote_python", default=defaults.remote_python,
                        help="interpreter on remote hosts (default: <workdir>/.venv/bin/python)")
-    group.add_argument("--master_port", type=int, default=29500,
+    group.add_argument("--master_port", type=int, default=defaults.master_port,
                        help="torch.distributed rendezvous port (--allreduce_backend=torch)")
-    group.add_argument("--summary_interval_s", type=float, default=10.0)
+    group.add_argument("--summary_interval_s", type=float,
+                       default=defaults.summary_interval_s)
     add_config_flags(parser.add_argument_group("training (passed to every process)"))
     return parser
 
