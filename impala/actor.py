@@ -68,6 +68,7 @@ class WeightsClient:
         self.version = -1  # no weights from the learner yet
         self.requested_at: float | None = None
         self.rejected = 0
+        self.restart_streams = False  # the learner lost our frame streams (framestack.py)
 
     def request(self) -> None:
         """Ask for weights newer than ours (a no-op if the learner is unreachable)."""
@@ -101,6 +102,8 @@ class WeightsClient:
             self.rejected += 1
             log.warning("%s: ignored a message from the learner: %s", self.name, exc)
             return True
+        if message.meta.get("restart_streams") is True:
+            self.restart_streams = True
         if message.kind == "weights":
             version = message.meta.get("version")
             if isinstance(version, int) and not isinstance(version, bool):
@@ -146,6 +149,8 @@ class Actor:
         self.buffers = {name: np.zeros((cfg.num_envs, *spec.shape), dtype=spec.dtype)
                         for name, spec in self.layout.schema().items()}
         self.unrolls_sent = 0
+        self.unroll_sets_sent = 0  # `seq` of the next unroll of each env's stream
+        self.streams_open = False  # the learner holds the last stack of every env's stream
         self.finished: list[list[tuple[float, int]]] = [[] for _ in self.envs]
 
     # ------------------------------------------------------------------ environments
@@ -241,14 +246,25 @@ class Actor:
         return False
 
     def _send_unrolls(self, version: int) -> bool:
-        """Send one unroll per env; False if asked to stop while the learner was away."""
+        """Send one unroll per env; False if asked to stop while the learner was away.
+
+        With frame stacking, each env is a stream: after one self-contained unroll, the
+        next ones carry only their T new frames (`unroll_continued`), until the learner
+        asks for a restart (it lost a message, or restarted itself).
+        """
+        stack = self.layout.frame_stack
+        if self.weights.restart_streams:
+            log.info("%s: the learner asked to restart the frame streams", self.name)
+            self.weights.restart_streams = self.streams_open = False
+        kind = "unroll_continued" if self.streams_open else "unroll"
         for i in range(len(self.envs)):
-            returns = [r for r, _ in self.finished[i]]
-            lengths = [n for _, n in self.finished[i]]
-            frames = encode("unroll", self.name,
-                            {name: array[i] for name, array in self.buffers.items()},
-                            policy_version=version,
-                            episode_returns=returns, episode_lengths=lengths)
+            arrays = {name: array[i] for name, array in self.buffers.items()}
+            if kind == "unroll_continued":
+                arrays["frames"] = arrays["frames"][stack:]  # step 0's stack is on the learner
+            frames = encode(kind, self.name, arrays, policy_version=version,
+                            episode_returns=[r for r, _ in self.finished[i]],
+                            episode_lengths=[n for _, n in self.finished[i]],
+                            stream=i, seq=self.unroll_sets_sent)
             waited = 0
             while not self.sock.send(frames, SEND_TIMEOUT_MS):
                 if self.stop.is_set():
@@ -259,6 +275,8 @@ class Actor:
                                 self.name, self.cfg.learner_host, waited)
             self.finished[i] = []
             self.unrolls_sent += 1
+        self.unroll_sets_sent += 1
+        self.streams_open = bool(stack)
         return True
 
     def close(self) -> None:

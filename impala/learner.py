@@ -24,6 +24,7 @@ from impala import checkpoint
 from impala.config import Config, parse_host_port
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import EnvSettings, describe_env
+from impala.framestack import FrameStreams, StreamGap
 from impala.logs import (
     EPISODE_COLUMNS,
     LOG_COLUMNS,
@@ -41,13 +42,25 @@ from impala.rollout import (
     UnrollLayout,
     batch_to_device,
     core_shapes_of,
+    parse_stream_meta,
     parse_unroll_meta,
 )
-from impala.transport import DropLog, FieldSpec, LearnerSocket, WireError, decode, encode
+from impala.transport import (
+    DropLog,
+    FieldSpec,
+    LearnerSocket,
+    Message,
+    WireError,
+    decode,
+    encode,
+)
 
 log = logging.getLogger("learner")
 
 # The control vector allreduced before every update (one small collective per update).
+# Peers asked to restart their frame streams that have not asked for weights yet: bounded,
+# since peers that went away never do (such a peer just restarts once more).
+MAX_PENDING_RESTARTS = 10_000
 STOP, FRAMES, RETURN_SUM, LENGTH_SUM, EPISODES, LOG_NOW, CHECKPOINT_NOW = range(7)
 
 
@@ -74,18 +87,26 @@ class UnrollReceiver(threading.Thread):
         self.max_bytes = max_bytes
         self.learner_name = name
         self.schemas = {"unroll": layout.schema(), "weights_request": None}
+        self.streams: FrameStreams | None = None
+        if layout.frame_stack:
+            self.schemas["unroll_continued"] = layout.schema(continued=True)
+            stack, *frame_shape = layout.observation_shape
+            self.streams = FrameStreams(layout.unroll_length, stack, tuple(frame_shape),
+                                        layout.observation_dtype)
         self.drops = DropLog(log.warning)
         self.stop_event = threading.Event()
         self.unrolls = 0
         self.unroll_bytes = 0  # on the wire, headers included (for bench/system.py)
+        self.stream_restarts = 0  # unrolls dropped because their stream could not go on
         self.senders: set[str] = set()
-        self._weights: tuple[int, list[Any]] | None = None
+        self._restart_requested: set[bytes] = set()  # peers told to start their streams again
+        self._weights: tuple[int, dict[str, np.ndarray], list[Any]] | None = None
         self._lock = threading.Lock()
 
     def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
         frames = encode("weights", self.learner_name, arrays, version=version)
         with self._lock:
-            self._weights = (version, frames)
+            self._weights = (version, arrays, frames)
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -95,19 +116,49 @@ class UnrollReceiver(threading.Thread):
             identity, frames = received
             try:
                 message = decode(frames, self.schemas, self.max_bytes)
-                if message.kind == "unroll":
-                    self._take_unroll(message)
-                    self.unroll_bytes += sum(len(frame) for frame in frames)
-                else:
+                if message.kind == "weights_request":
                     self._answer_weights_request(identity, message.meta)
+                else:
+                    self.unroll_bytes += sum(len(frame) for frame in frames)
+                    self._take_unroll(identity, message)
             except WireError as exc:
                 self.drops.drop(_peer_label(identity, frames), str(exc))
 
-    def _take_unroll(self, message) -> None:
+    def _take_unroll(self, identity: bytes, message: Message) -> None:
         version, episodes = parse_unroll_meta(message, max_episodes=self.layout.unroll_length + 1)
+        stream_key = None
+        if self.streams is not None:
+            stream, seq = parse_stream_meta(message)
+            # Keyed by the ZeroMQ identity, which a peer cannot choose (a name it can).
+            stream_key = (identity, stream)
+            if message.kind == "unroll_continued":
+                try:
+                    message.arrays["frames"] = self.streams.continued(
+                        stream_key, seq, message.arrays["frames"])
+                except StreamGap as gap:
+                    self._restart_streams(identity, message.sender, str(gap))
+                    return
+        elif message.kind != "unroll":
+            raise WireError(f"unexpected message kind {message.kind!r}")
         if self.batches.add(message, version, episodes, self.stop_event):
             self.unrolls += 1
             self.senders.add(message.sender)
+            if stream_key is not None:
+                self.streams.remember(stream_key, seq, message.arrays["frames"],
+                                      message.arrays["episode_start"])
+
+    def _restart_streams(self, identity: bytes, sender: str, why: str) -> None:
+        """Drop an unroll whose stream cannot go on; the answer to the peer's next weights
+        request asks it to send self-contained unrolls again."""
+        self.stream_restarts += 1
+        if identity not in self._restart_requested:
+            if len(self._restart_requested) >= MAX_PENDING_RESTARTS:  # peers that left
+                self._restart_requested.pop()
+            self._restart_requested.add(identity)
+            self.streams.forget(identity)
+            log.info("%s: an unroll %s; asking it to restart its frame streams "
+                     "(%d unrolls dropped for this so far)", sender[:50], why,
+                     self.stream_restarts)
 
     def _answer_weights_request(self, identity: bytes, meta: dict[str, Any]) -> None:
         have = meta.get("version")
@@ -115,11 +166,18 @@ class UnrollReceiver(threading.Thread):
             raise WireError("weights_request meta.version must be an integer")
         with self._lock:
             current = self._weights
+        restart = {}
+        if identity in self._restart_requested:
+            self._restart_requested.discard(identity)
+            restart = {"restart_streams": True}
         if current is None or current[0] == have:
             self.sock.send(identity, encode("no_update", self.learner_name,
-                                            version=current[0] if current else -1))
+                                            version=current[0] if current else -1, **restart))
+        elif restart:  # the weights with one more header field; the buffers are not copied
+            self.sock.send(identity, encode("weights", self.learner_name, current[1],
+                                            version=current[0], **restart))
         else:
-            self.sock.send(identity, current[1])
+            self.sock.send(identity, current[2])
 
 
 def _peer_label(identity: bytes, frames: list[Any]) -> str:
@@ -393,7 +451,7 @@ class Learner:
             **interval.last,
             "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
             "queue_depth": batches.depth(), "dropped_messages": receiver.drops.total,
-            "unroll_bytes": receiver.unroll_bytes,
+            "unroll_bytes": receiver.unroll_bytes, "stream_restarts": receiver.stream_restarts,
         }
         writers["logs"].write(row)
         writers["tensorboard"].write(row, self.counters.frames)

@@ -30,6 +30,7 @@ LOG_COLUMNS = [
     "time", "frames", "sps", "updates", "episodes", "mean_episode_return",
     "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
     "learning_rate", "policy_lag", "queue_depth", "dropped_messages", "unroll_bytes",
+    "stream_restarts",
 ]
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
@@ -115,8 +116,13 @@ class CsvLog:
     """Append rows to a CSV with a fixed header, flushing each row (nothing lost on a crash)."""
 
     def __init__(self, path: Path, columns: list[str]) -> None:
-        self.columns = columns
         new = not path.exists() or path.stat().st_size == 0
+        if not new:
+            # A resumed run appends under the header already there (an older version may
+            # have written fewer columns), so rows never shift against their header.
+            with open(path, newline="") as existing:
+                columns = next(csv.reader(existing), None) or columns
+        self.columns = columns
         self._file = open(path, "a", newline="")  # noqa: SIM115 - closed in close()
         self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
         if new:

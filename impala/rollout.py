@@ -32,17 +32,19 @@ class UnrollLayout:
     core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
     frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
 
-    def schema(self) -> dict[str, FieldSpec]:
+    def schema(self, continued: bool = False) -> dict[str, FieldSpec]:
         """The arrays of one unroll message, each with a leading T+1 (core: none).
 
         With frame stacking, `observation` travels as `frames` [T+S, H, W] plus
-        `episode_start` [T+1] (see framestack.py) and is rebuilt on the learner.
+        `episode_start` [T+1] (see framestack.py) and is rebuilt on the learner; an unroll
+        that `continued` its stream carries only the T new frames `[T, H, W]`.
         """
         steps = self.unroll_length + 1
         if self.frame_stack:
             stack, *frame_shape = self.observation_shape
+            frames = self.unroll_length if continued else steps + stack - 1
             fields = {
-                "frames": FieldSpec(self.observation_dtype, (steps + stack - 1, *frame_shape)),
+                "frames": FieldSpec(self.observation_dtype, (frames, *frame_shape)),
                 "episode_start": FieldSpec("bool", (steps,)),
             }
         else:
@@ -95,6 +97,18 @@ def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, Episode
             and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)):
         raise WireError("meta.episode_returns/episode_lengths must be equal-length number lists")
     return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths])
+
+
+MAX_STREAMS_PER_ACTOR = 1 << 16
+
+
+def parse_stream_meta(message: Message) -> tuple[int, int]:
+    """(stream, seq) of a frame-stacked unroll: which env of its actor, which unroll of it."""
+    stream, seq = message.meta.get("stream"), message.meta.get("seq")
+    for name, value, limit in (("stream", stream, MAX_STREAMS_PER_ACTOR), ("seq", seq, 1 << 53)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
+            raise WireError(f"meta.{name} must be an integer in [0, {limit})")
+    return stream, seq
 
 
 class Batch:

@@ -10,8 +10,9 @@ shapes) and raises `WireError` with a short reason for anything else; callers dr
 message, count the reason and log the sender, and carry on.
 
 Sockets: each learner binds one ROUTER socket. Its actors connect DEALER sockets and send
-`unroll` messages and `weights_request` messages; the learner answers a request with
-`weights` when it has a newer version than the actor's, else with `no_update`. ZeroMQ
+`unroll` (or `unroll_continued`, see framestack.py) and `weights_request` messages; the
+learner answers a request with `weights` when it has a newer version than the actor's,
+else with `no_update`; either answer may carry `restart_streams` (framestack.py). ZeroMQ
 high-water marks bound every queue, so a slow learner pushes back on its actors.
 """
 
@@ -29,7 +30,7 @@ import numpy as np
 import zmq
 
 FORMAT_VERSION = 1
-KINDS = ("unroll", "weights_request", "weights", "no_update")
+KINDS = ("unroll", "unroll_continued", "weights_request", "weights", "no_update")
 ALLOWED_DTYPES = ("uint8", "int32", "int64", "float32", "bool")
 MAX_HEADER_BYTES = 1 << 20
 

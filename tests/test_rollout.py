@@ -61,6 +61,9 @@ def test_atari_unrolls_travel_as_single_frames_and_are_rebuilt_in_the_batch():
     assert "observation" not in schema and schema["frames"].shape == (24, 84, 84)
     per_step = sum(spec.nbytes for spec in schema.values()) / layout.unroll_length
     assert per_step < 1.25 * 84 * 84  # (T + 3 + 1) / T frames plus a few scalars
+    continued = layout.schema(continued=True)  # step 0's stack is on the learner already
+    assert continued["frames"].shape == (20, 84, 84)
+    assert sum(spec.nbytes for spec in continued.values()) / layout.unroll_length < 1.01 * 84 * 84
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (24, 84, 84), dtype=np.uint8)
     starts = np.zeros(21, bool)

@@ -197,6 +197,8 @@ def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = tmp_path / "PongNoFrameskip-v4_SimpleConvNetAgent"
     assert (run_dir / "checkpoint.pt").exists()
+    logs = read_csv(run_dir / "logs.csv")  # frame streams went on without a restart
+    assert logs["stream_restarts"].iloc[-1] == 0 and logs["dropped_messages"].iloc[-1] == 0
     second = run(["--job_name=local", *common, "--total_environment_frames=6400",
                   f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
     assert second.returncode == 0, second.stderr[-3000:]
