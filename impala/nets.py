@@ -70,8 +70,9 @@ class Agent(nn.Module):
             )
         T, B = observation.shape[:2]
         x = observation.flatten(0, 1)
-        # uint8 frames are scaled here so actors and the wire can stay in uint8.
-        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        # uint8 frames are scaled here so actors and the wire can stay in uint8. In place:
+        # one float copy instead of two (the profile put 14% of an update here).
+        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
         features = self.torso(x)
         one_hot_last_action = F.one_hot(last_action.flatten(0, 1).long(), self.num_actions)
         clipped_reward = reward.flatten(0, 1).float().clamp(-1, 1).unsqueeze(-1)
