@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,15 +75,20 @@ def run_training(args, logdir: Path) -> dict[str, float]:
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu: dict[int, tuple[str, float]] = {}
     learner = psutil.Process(proc.pid)
-    while proc.poll() is None:
-        try:
-            for p in [learner, *learner.children(recursive=True)]:
-                kind = "learner" if p.pid == proc.pid else "actors"
-                times = p.cpu_times()
-                cpu[p.pid] = (kind, times.user + times.system)
-        except psutil.Error:
-            pass
-        time.sleep(0.5)
+    try:
+        while proc.poll() is None:
+            try:
+                for p in [learner, *learner.children(recursive=True)]:
+                    kind = "learner" if p.pid == proc.pid else "actors"
+                    times = p.cpu_times()
+                    cpu[p.pid] = (kind, times.user + times.system)
+            except psutil.Error:
+                pass
+            time.sleep(0.5)
+    finally:  # interrupted (Ctrl-C, SIGTERM): the run ends with us, actors included
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
     if proc.returncode != 0:
         raise SystemExit(f"training run failed with status {proc.returncode}")
     totals: dict[str, float] = {"learner": 0.0, "actors": 0.0}
@@ -104,6 +110,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=400_000)
     parser.add_argument("--port", type=int, default=18555)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # run `finally` on SIGTERM too
 
     terms = ceiling_terms(args)
     cores = os.cpu_count() or 1
