@@ -38,6 +38,9 @@ def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) ->
     backend = create_backend(cfg.allreduce_backend, device)
     run_dir = Path(cfg.logdir) / cfg.resolved_run_name
     setup_logging(run_dir / f"learner-{backend.rank}.log", f"learner-{backend.rank}")
+    if backend.name != cfg.allreduce_backend:
+        log.info("not started by mpirun: running as a single learner (no %s allreduce)",
+                 cfg.allreduce_backend)
     supervisor = None
     try:
         learner = Learner(cfg, backend, stop)

@@ -13,14 +13,11 @@ norm, step. Nothing here is ever unpickled: counters travel as tensors.
 from __future__ import annotations
 
 import datetime
-import logging
 import os
 
 import numpy as np
 import torch
 from torch import nn
-
-log = logging.getLogger(__name__)
 
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK")
 # How long a rank waits in a collective for a peer that is gone (torch backend).
@@ -187,8 +184,6 @@ Backend = SingleLearner | HorovodBackend | TorchDistributedBackend
 
 def create_backend(name: str, device: torch.device) -> Backend:
     if name == "none" or not launched_by_mpi():
-        if name != "none":
-            log.info("not started by mpirun: running as a single learner")
         return SingleLearner()
     if name == "horovod":
         return HorovodBackend()
