@@ -70,10 +70,22 @@ class WeightsClient:
         self.rejected = 0
         self.restart_streams = False  # the learner lost our frame streams (framestack.py)
 
-    def request(self) -> None:
-        """Ask for weights newer than ours (a no-op if the learner is unreachable)."""
+    def request(self, timeout_ms: int = 0) -> bool:
+        """Ask for weights newer than ours; False if the socket did not take the request
+        within `timeout_ms` (the learner is unreachable, or the send queue is full)."""
         message = encode("weights_request", self.name, version=self.version)
-        self.requested_at = time.time() if self.sock.send(message, 0) else None
+        self.requested_at = time.time() if self.sock.send(message, timeout_ms) else None
+        return self.requested_at is not None
+
+    def request_after_unrolls(self, stop: threading.Event) -> bool:
+        """Ask for weights right after sending unrolls, waiting while the send queue is
+        full; False if `stop` was set. Never skipped: without the request there is no
+        answer to wait for, so flow control would lapse and the actor would keep acting
+        on old weights (measured: version 82 while the learner was at 155)."""
+        while not self.request(SEND_TIMEOUT_MS):
+            if stop.is_set():
+                return False
+        return True
 
     def await_answer(self, stop: threading.Event, learner: str) -> bool:
         """Wait for the answer to the last request and apply it; False if `stop` was set."""
@@ -144,7 +156,8 @@ class Actor:
                                    frame_stack=frame_stack_of(cfg.level_name))
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
-        self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs)
+        # Room for a whole set of unrolls and the weights request that follows it.
+        self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs + 1)
         self.weights = WeightsClient(self.sock, self.model, self.max_bytes, self.name)
         self.buffers = {name: np.zeros((cfg.num_envs, *spec.shape), dtype=spec.dtype)
                         for name, spec in self.layout.schema().items()}
@@ -226,7 +239,8 @@ class Actor:
                 return
             if not self._send_unrolls(version):
                 return
-            self.weights.request()
+            if not self.weights.request_after_unrolls(self.stop):
+                return
             if time.time() - last_report > 30:
                 log.info("%s: %d unrolls sent, policy version %d", self.name, self.unrolls_sent,
                          self.weights.version)

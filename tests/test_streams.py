@@ -6,19 +6,22 @@ learner's receiver, and with a real actor whose learner restarts under it.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 
 import numpy as np
 import pytest
 import zmq
 
-from impala.actor import Actor
+from impala.actor import Actor, WeightsClient
 from impala.config import Config
 from impala.envs import EnvSettings, create_env
 from impala.framestack import FrameStreams, StreamGap, rebuild_stacks, split_stacks
 from impala.learner import UnrollReceiver, weights_arrays
+from impala.nets import create_agent
 from impala.rollout import BatchQueue, UnrollLayout
-from impala.transport import FieldSpec, LearnerSocket, decode, encode
+from impala.transport import ActorSocket, FieldSpec, LearnerSocket, decode, encode
 from tests.helpers import free_port, wait_for
 
 T, S = 20, 4
@@ -206,3 +209,36 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
         thread.join(timeout=15)
         stop_learner(receiver)
         actor.close()
+
+
+def test_a_weights_request_waits_for_room_in_a_full_send_queue():
+    """An actor asks for weights right after sending a set of unrolls, when its send queue
+    is often full. The request was once dropped there: the actor then sent unrolls without
+    waiting and kept acting with version 82 while its learner reached 155."""
+    port = free_port()
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVHWM, 1)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(f"tcp://127.0.0.1:{port}")
+    sock = ActorSocket("127.0.0.1", port, 1 << 24, send_hwm=2)
+    client = WeightsClient(sock, create_agent("MLPAgent", (4,), 2), 1 << 24, "actor-0")
+    megabyte = encode("unroll", "actor-0", {"x": np.zeros(1 << 20, np.uint8)})
+    while sock.send(megabyte, 500):  # the learner reads nothing: fill every buffer
+        pass
+    assert not client.request(timeout_ms=0)  # no room now
+    kinds: list[str] = []
+
+    def learner_reads_again() -> None:
+        time.sleep(1.0)
+        while router.poll(2000):
+            kinds.append(json.loads(router.recv_multipart()[1])["kind"])
+
+    reader = threading.Thread(target=learner_reads_again)
+    reader.start()
+    try:
+        assert client.request_after_unrolls(threading.Event())
+        reader.join(timeout=60)
+        assert kinds[-1] == "weights_request" and kinds.count("weights_request") == 1
+    finally:
+        sock.close()
+        router.close()
