@@ -57,10 +57,10 @@ from impala.transport import (
 
 log = logging.getLogger("learner")
 
-# The control vector allreduced before every update (one small collective per update).
 # Peers asked to restart their frame streams that have not asked for weights yet: bounded,
 # since peers that went away never do (such a peer just restarts once more).
 MAX_PENDING_RESTARTS = 10_000
+# The control vector allreduced before every update (one small collective per update).
 STOP, FRAMES, RETURN_SUM, LENGTH_SUM, EPISODES, LOG_NOW, CHECKPOINT_NOW = range(7)
 
 
@@ -138,8 +138,6 @@ class UnrollReceiver(threading.Thread):
                 except StreamGap as gap:
                     self._restart_streams(identity, message.sender, str(gap))
                     return
-        elif message.kind != "unroll":
-            raise WireError(f"unexpected message kind {message.kind!r}")
         if self.batches.add(message, version, episodes, self.stop_event):
             self.unrolls += 1
             self.senders.add(message.sender)

@@ -83,6 +83,7 @@ def _raw_messages(header_ok: bytes) -> list[list[bytes]]:
         [header(fields=[["observation", "float32", [21, 84, 84]]]), b"\x00" * 16],
         [header(fields=good_fields + [["bonus", "float32", [1]]])],
         [header(kind="weights")],
+        [header(kind="unroll_continued")],  # frame streams exist for Atari only
         [b"\x80\x04\x95pickle"],
         [header(), b"\x00" * (3 * 2**20)],  # over --max_message_mb=2
     ]
@@ -117,7 +118,8 @@ def test_malformed_messages_are_dropped_and_the_learner_keeps_training(tmp_path)
         assert proc.poll() is None
         learner_log = (tmp_path / RUN / "learner-0.log").read_text()
         for reason in ("header is not JSON", "wire format 99", "0 frames follow",
-                       "dtype 'float64' is not one of", "unexpected message kind 'weights'"):
+                       "dtype 'float64' is not one of", "unexpected message kind 'weights'",
+                       "unexpected message kind 'unroll_continued'"):
             assert reason in learner_log
         assert "dropped message from peer" in learner_log
     finally:
