@@ -96,22 +96,42 @@ def unroll_message(kind: str, wire_frames: np.ndarray, starts: np.ndarray, seq: 
     return encode(kind, "actor-7", arrays, policy_version=0, stream=0, seq=seq)
 
 
+def bind_or_none(port: int) -> LearnerSocket | None:
+    try:
+        return LearnerSocket("127.0.0.1", port, 1 << 24, 64)
+    except OSError:
+        return None
+
+
+def start_receiver(port: int, layout: UnrollLayout, batches: BatchQueue,
+                   weights: dict[str, np.ndarray], version: int = 0) -> UnrollReceiver:
+    """A learner's receiving side, publishing `weights` as `version`."""
+    # ZeroMQ releases a closed socket's port in the background: retry the bind a while.
+    sock = wait_for(lambda: bind_or_none(port), 10, f"port {port} to be free")
+    receiver = UnrollReceiver(sock, layout, batches, 1 << 24, name="learner-0")
+    receiver.publish(version, weights)
+    receiver.start()
+    return receiver
+
+
+def stop_receiver(receiver: UnrollReceiver) -> None:
+    receiver.stop_event.set()
+    receiver.join(timeout=5)
+    receiver.sock.close()
+
+
 @pytest.fixture
 def receiver():
     port = free_port()
     batches = BatchQueue(LAYOUT, batch_size=1, capacity=8)
-    receiver = UnrollReceiver(LearnerSocket("127.0.0.1", port, 1 << 24, 64), LAYOUT, batches,
-                              1 << 24, name="learner-0")
-    receiver.publish(3, {"w": np.zeros(2, np.float32)})
-    receiver.start()
+    receiver = start_receiver(port, LAYOUT, batches, {"w": np.zeros(2, np.float32)},
+                              version=3)
     dealer = zmq.Context.instance().socket(zmq.DEALER)
     dealer.setsockopt(zmq.LINGER, 0)
     dealer.connect(f"tcp://127.0.0.1:{port}")
     yield receiver, batches, dealer
     dealer.close()
-    receiver.stop_event.set()
-    receiver.join(timeout=5)
-    receiver.sock.close()
+    stop_receiver(receiver)
 
 
 def ask_for_weights(dealer, have: int):
@@ -150,13 +170,6 @@ def test_learner_asks_for_a_restart_then_takes_the_stream_back(receiver):
     assert receiver.drops.total == 0  # a gap is not a malformed message
 
 
-def bind_or_none(port: int) -> LearnerSocket | None:
-    try:
-        return LearnerSocket("127.0.0.1", port, 1 << 24, 64)
-    except OSError:
-        return None
-
-
 def test_actor_restarts_its_streams_when_its_learner_restarts():
     """A real Pong actor; its learner (socket + receiver) is replaced under it."""
     port = free_port()
@@ -168,12 +181,7 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
 
     def start_learner() -> tuple[UnrollReceiver, BatchQueue]:
         batches = BatchQueue(layout, batch_size=2, capacity=4)
-        # ZeroMQ releases a closed socket's port in the background: retry the bind a while.
-        sock = wait_for(lambda: bind_or_none(port), 10, f"port {port} to be free")
-        receiver = UnrollReceiver(sock, layout, batches, 1 << 24, name="learner-0")
-        receiver.publish(0, weights_arrays(actor.model))
-        receiver.start()
-        return receiver, batches
+        return start_receiver(port, layout, batches, weights_arrays(actor.model)), batches
 
     def drain(batches: BatchQueue, receiver: UnrollReceiver, unrolls: int) -> None:
         def enough():
@@ -182,11 +190,6 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
                 batches.release(batch)
             return receiver.unrolls >= unrolls
         wait_for(enough, 60, f"{unrolls} unrolls", interval=0)
-
-    def stop_learner(receiver: UnrollReceiver) -> None:
-        receiver.stop_event.set()
-        receiver.join(timeout=5)
-        receiver.sock.close()
 
     thread = threading.Thread(target=actor.run, daemon=True)
     receiver, batches = start_learner()
@@ -198,7 +201,7 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
         # (headers, rewards, actions, logits, the first self-contained set) included.
         bytes_per_step = receiver.unroll_bytes / (receiver.unrolls * T)
         assert bytes_per_step < 1.1 * 84 * 84, bytes_per_step / (84 * 84)
-        stop_learner(receiver)
+        stop_receiver(receiver)
         receiver, batches = start_learner()  # knows none of the actor's streams
         drain(batches, receiver, 10)
         # Its first continued unrolls were refused; it restarted its streams and goes on.
@@ -207,7 +210,7 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
     finally:
         stop.set()
         thread.join(timeout=15)
-        stop_learner(receiver)
+        stop_receiver(receiver)
         actor.close()
 
 
