@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
+import impala  # noqa: E402,F401 - OpenMP settings of the real processes, before torch loads
 
 
 def cpu_model() -> str:

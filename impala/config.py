@@ -67,6 +67,8 @@ class Config:
     max_message_mb: float = _flag(64.0, "largest network message accepted, in MiB")
     learner_device: str = _flag("cpu", "device of the learner", ("cpu", "cuda"))
     learner_threads: int = _flag(2, "torch threads of the learner")
+    actor_nice: int = _flag(10, "scheduling niceness of actor processes (0-19): where actors "
+                            "share a host with a learner, the learner gets the CPU first")
     allreduce_backend: str = _flag("horovod", "gradient allreduce between learners",
                                    ("horovod", "torch", "none"))
     # --- logs and checkpoints --------------------------------------------------------
@@ -89,6 +91,8 @@ class Config:
                 yield f"--{name} must be > 0, got {getattr(self, name)}"
         if self.num_actors < 0:
             yield f"--num_actors must be >= 0, got {self.num_actors}"
+        if not 0 <= self.actor_nice <= 19:
+            yield f"--actor_nice must be in 0..19, got {self.actor_nice}"
         if not 0.0 <= self.discounting <= 1.0:
             yield f"--discounting must be in [0, 1], got {self.discounting}"
         if self.learning_rate < 0:

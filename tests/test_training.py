@@ -130,6 +130,18 @@ def _started_actor_pids(log_text: str, task: int) -> list[int]:
     return [int(p) for p in re.findall(rf"started actor {task} \(pid (\d+)\)", log_text)]
 
 
+def _niceness(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
+
+
+def _autogroup_niceness(pid: int) -> int | None:
+    """The niceness of the process's scheduling group; None without autogroups."""
+    try:
+        return int(open(f"/proc/{pid}/autogroup").read().split("nice")[1])
+    except OSError:
+        return None
+
+
 def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
     proc = start(["--job_name=local", "--num_actors=2", *CARTPOLE_FLAGS,
                   "--total_environment_frames=100000000", f"--logdir={tmp_path}",
@@ -140,6 +152,9 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
         wait_for(lambda: last_value(run_dir / "logs.csv", "updates") > 0, 60, "first updates")
         first_pid = _started_actor_pids(learner_log.read_text(), 0)[0]
         actor1 = _started_actor_pids(learner_log.read_text(), 1)[0]
+        # Actors yield the CPU to their learner, in their own session's group as well.
+        assert _niceness(actor1) == 10 and _niceness(proc.pid) == _niceness(os.getpid())
+        assert _autogroup_niceness(actor1) in (10, None)
         os.kill(first_pid, signal.SIGKILL)
         new_pids = wait_for(lambda: _started_actor_pids(learner_log.read_text(), 0)[1:], 30,
                             "actor 0 to be restarted")
@@ -147,9 +162,10 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
         frames_then = last_value(run_dir / "logs.csv", "frames")
         wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > frames_then + 50_000, 60,
                  "training to go on")
+        # The restarted actor rejoins: it gets weights from the learner (the log appends).
+        wait_for(lambda: (run_dir / "actor-0.log").read_text().count("got weights version")
+                 == 2, 30, "the restarted actor to get weights")
         assert proc.poll() is None and pid_alive(new_pids[0]) and pid_alive(actor1)
-        # The restarted actor rejoined: it got weights from the learner (the log appends).
-        assert (run_dir / "actor-0.log").read_text().count("got weights version") == 2
     finally:
         assert stop(proc) == 0
     # Stopping the run ends exactly the actors it started.
