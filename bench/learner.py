@@ -14,7 +14,7 @@ import common  # noqa: F401 - puts the project on sys.path
 import torch
 
 from impala.distributed import SingleLearner
-from impala.learner import learn_step, weights_arrays
+from impala.learner import keep_freed_memory, learn_step, weights_arrays
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.transport import encode
@@ -39,6 +39,7 @@ def synthetic_batch(T: int, B: int) -> dict[str, torch.Tensor]:
 def measure(agent_name: str, T: int, B: int, threads: int, seconds: float
             ) -> dict[str, object]:
     torch.set_num_threads(threads)
+    keep_freed_memory()  # as the learner does
     torch.manual_seed(0)
     model = create_agent(agent_name, ATARI, ACTIONS)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=6e-4, alpha=0.99, eps=0.01)
