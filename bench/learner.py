@@ -36,10 +36,13 @@ def synthetic_batch(T: int, B: int) -> dict[str, torch.Tensor]:
     }
 
 
-def measure(agent_name: str, T: int, B: int, threads: int, seconds: float
-            ) -> dict[str, object]:
+def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
+            keep_memory: bool = True) -> dict[str, object]:
+    """`keep_memory=False` (in a fresh process: the setting is process-wide) measures with
+    glibc's default malloc, for comparison; the learner keeps its freed memory."""
     torch.set_num_threads(threads)
-    keep_freed_memory()  # as the learner does
+    if keep_memory:
+        keep_freed_memory()
     torch.manual_seed(0)
     model = create_agent(agent_name, ATARI, ACTIONS)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=6e-4, alpha=0.99, eps=0.01)
