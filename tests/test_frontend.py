@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -179,6 +181,34 @@ def test_foreground_run_ends_by_itself_at_the_budget(tmp_path):
     assert not tmux_has(session)
     assert not processes_mentioning(str(tmp_path))
     assert last_value(tmp_path / "CartPole-v1_MLPAgent" / "logs.csv", "frames") >= 40_000
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_foreground_run_stops_the_whole_run(tmp_path):
+    session = "impala-test-ctrl-c"
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    out_path = tmp_path / "frontend.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, FRONTEND, f"--workers_csv_path={ORIGINAL_CSV}",
+             f"--tmux_sess={session}", f"--logdir={tmp_path}", "--force",
+             "--total_environment_frames=100000000", "--summary_interval_s=1", *CARTPOLE],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+            start_new_session=True)
+    try:
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 20_000, 120, "training")
+        # What a terminal does on Ctrl-C: SIGINT to the foreground process group.
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=200) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = out_path.read_text()
+    assert "interrupted: stopping the whole run" in output, output[-2000:]
+    assert not tmux_has(session)
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 10, "no process of the run left")
+    learner_log = (run_dir / "learner-0.log").read_text()
+    assert "received SIGTERM" in learner_log and "checkpoint saved" in learner_log
 
 
 @pytest.fixture(scope="module")
