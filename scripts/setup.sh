@@ -11,7 +11,7 @@ VENV=${VENV:-.venv}
 TORCH_VERSION=2.13.0          # a local CPU wheel on these machines; anything else pulls CUDA
 HOROVOD_VERSION=0.28.1        # newest release (June 2023); see README "Why Horovod is patched"
 CACHE=${IMPALA_CACHE:-$HOME/.cache/impala-mlma}
-APT_PACKAGES=(openmpi-bin libopenmpi-dev tmux openssh-client openssh-server iproute2)
+APT_PACKAGES=(openmpi-bin libopenmpi-dev tmux openssh-client openssh-server iproute2 openssl)
 
 log() { printf '[setup] %s\n' "$*"; }
 

@@ -1,12 +1,15 @@
 """Test hosts in network namespaces: a bridge on a private test subnet, and per host a
 namespace with its own address and its own sshd (key login; optionally password login).
 
-Only addresses inside namespaces made here (and the bridge's own) are ever used.
+Only addresses inside namespaces made here (and the bridge's own) are ever used. A password
+host's sshd sees, in a mount namespace of its own, a copy of /etc/shadow in which root has
+a random test password: this machine's own passwords are neither used nor changed.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -56,6 +59,7 @@ class NamespaceNetwork:
         self.workdir = workdir
         self.count = count
         self.password_hosts = password_hosts  # indices whose sshd takes passwords too
+        self.password = secrets.token_urlsafe(12)  # root's, on the password hosts only
         self.hosts: list[NamespaceHost] = []
         self.key = workdir / "id_ed25519"
         self.ssh_config = workdir / "ssh_config"
@@ -78,6 +82,13 @@ class NamespaceNetwork:
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.workdir / "host_key"))
         (self.workdir / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
+        hashed = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=self.password,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        lines = Path("/etc/shadow").read_text().splitlines()
+        (self.workdir / "shadow").write_text("".join(
+            (f"root:{hashed}:{line.split(':', 2)[2]}" if line.startswith("root:") else line)
+            + "\n" for line in lines))
+        (self.workdir / "shadow").chmod(0o600)
         self.ssh_config.write_text(
             f"Host {SUBNET}.*\n  User root\n  IdentityFile {self.key}\n  IdentitiesOnly yes\n"
             "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
@@ -113,7 +124,12 @@ class NamespaceNetwork:
                                          else "prohibit-password"),
                    "PasswordAuthentication=" + ("yes" if index in self.password_hosts
                                                 else "no")]
-        argv = ["ip", "netns", "exec", name, "/usr/sbin/sshd"]
+        argv = ["ip", "netns", "exec", name]
+        if index in self.password_hosts:  # sees the test /etc/shadow, nothing else does
+            argv += ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                     'mount --bind "$0" /etc/shadow && exec "$@"',
+                     str(self.workdir / "shadow")]
+        argv += ["/usr/sbin/sshd"]
         for option in options:
             argv += ["-o", option]
         sh(*argv)

@@ -13,7 +13,7 @@ import libtmux
 import pytest
 
 from tests.helpers import ROOT, last_value, wait_for
-from tests.netns import SUBNET, NamespaceNetwork, unavailable_reason
+from tests.netns import BRIDGE_ADDRESS, SUBNET, NamespaceNetwork, unavailable_reason
 
 FRONTEND = str(ROOT / "run_experiment_mm_raw.py")
 ORIGINAL_CSV = ROOT / "sandbox" / "local_workers_example.csv"
@@ -272,3 +272,41 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
     assert not tmux_has(session)
     time.sleep(0.5)
     assert not processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_password_login_actor_is_started_and_stopped_through_the_relay(tmp_path, network):
+    """An actor host that takes a password from the CSV: its actor starts through the
+    paramiko relay and feeds a learner on this host; the password is on no command line and
+    in nothing the run writes; --status and --stop reach it over the same login."""
+    host = network.hosts[2]
+    path = tmp_path / "hosts.csv"
+    path.write_text(HEADER + f"learner,{BRIDGE_ADDRESS},8001,,,,\n"
+                    f"actor,{host.address},9001,,,root,{network.password}\n")
+    session = "impala-test-password"
+    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}",
+             f"--logdir={tmp_path / 'runs'}", f"--ssh_config={network.ssh_config}",
+             "--total_environment_frames=100000000", *CARTPOLE]
+    started = frontend(*flags, "--detach", "--force", timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 20_000, 180,
+                 "training fed by the password host's actor")
+        assert network.stray_pids()[host.name], "the actor runs in the password host"
+        assert any("impala.launcher.relay" in line
+                   for line in processes_mentioning(str(path)))
+        assert not processes_mentioning(network.password)
+        status = frontend(*flags, "--status")
+        assert status.stdout.count(" alive ") == 2, status.stdout + status.stderr
+    finally:
+        stopped = frontend(*flags, "--stop", timeout=200)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    wait_for(lambda: not network.stray_pids()[host.name], 30,
+             "no process of the run left in the password host")
+    assert not tmux_has(session)
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 10, "no process of the run left")
+    said = started.stdout + started.stderr + status.stdout + stopped.stdout + stopped.stderr
+    written = [p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert network.password not in said
+    assert not any(network.password.encode() in content for content in written)
