@@ -37,7 +37,7 @@ def processes_mentioning(text: str) -> list[str]:
     """Command lines of live processes that mention `text` (e.g. the run's directory)."""
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == __import__("os").getpid():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -131,13 +132,13 @@ def _started_actor_pids(log_text: str, task: int) -> list[int]:
 
 
 def _niceness(pid: int) -> int:
-    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
 def _autogroup_niceness(pid: int) -> int | None:
     """The niceness of the process's scheduling group; None without autogroups."""
     try:
-        return int(open(f"/proc/{pid}/autogroup").read().split("nice")[1])
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
     except OSError:
         return None
 
