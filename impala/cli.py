@@ -15,8 +15,9 @@ log = logging.getLogger("experiment")
 
 
 def install_stop_handlers(stop: threading.Event) -> None:
-    """SIGINT/SIGTERM set `stop` (the learner then checkpoints and exits 0); a second
-    SIGINT interrupts at once."""
+    """SIGINT/SIGTERM/SIGUSR1 set `stop` (the learner then checkpoints and exits 0); a
+    second SIGINT interrupts at once. SIGUSR1 is what the frontend sends through mpirun,
+    which forwards it to every rank at once."""
 
     def handler(signum: int, _frame) -> None:
         if stop.is_set() and signum == signal.SIGINT:
@@ -24,8 +25,8 @@ def install_stop_handlers(stop: threading.Event) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, handler)
 
 
 def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) -> int:

@@ -165,7 +165,7 @@ def test_local_cluster_from_the_original_csv(tmp_path):
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert not tmux_has(session)
     wait_for(lambda: not processes_mentioning(str(tmp_path)), 10, "no process of the run left")
-    assert "received SIGTERM" in (run_dir / "learner-0.log").read_text()
+    assert "received SIGUSR1" in (run_dir / "learner-0.log").read_text()
     assert "checkpoint saved" in (run_dir / "learner-0.log").read_text()
 
 
@@ -208,7 +208,7 @@ def test_ctrl_c_in_a_foreground_run_stops_the_whole_run(tmp_path):
     assert not tmux_has(session)
     wait_for(lambda: not processes_mentioning(str(tmp_path)), 10, "no process of the run left")
     learner_log = (run_dir / "learner-0.log").read_text()
-    assert "received SIGTERM" in learner_log and "checkpoint saved" in learner_log
+    assert "received SIGUSR1" in learner_log and "checkpoint saved" in learner_log
 
 
 @pytest.fixture(scope="module")

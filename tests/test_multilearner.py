@@ -49,7 +49,7 @@ def test_mpirun_command_for_learners_on_different_hosts():
     assert command == [
         "mpirun", "--allow-run-as-root", "-H", "10.9.0.1:2,10.9.0.2:1",
         "-bind-to", "none", "-map-by", "slot", "-mca", "mpi_yield_when_idle", "1",
-        "-mca", "plm_rsh_agent", "ssh -F /tmp/cfg",
+        "-mca", "odls_base_sigkill_timeout", "10", "-mca", "plm_rsh_agent", "ssh -F /tmp/cfg",
         "-mca", "oob_tcp_if_include", "10.9.0.0/24", "-mca", "btl_tcp_if_include",
         "10.9.0.0/24",
         *block("10.9.0.1:2", "/srv/impala", "0", "/venv/bin/python", 0, "10.9.0.1:8001"), ":",

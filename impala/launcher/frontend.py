@@ -352,7 +352,10 @@ def _stop_one(process: Process, opts: FrontendOptions, workers: dict[int, Worker
             results.append(f"remote: {output.strip() or code}")
         except (ConnectionError, KeyError) as exc:
             results.append(f"remote: could not stop ({exc})")
-    results.append(logged.stop(Path(process.pidfile), grace))
+    # mpirun forwards SIGUSR1 to every rank at once; on SIGTERM it would wait, then kill
+    # them (impala/launcher/mpi.py). Ranks take either as a stop request.
+    first = signal.SIGUSR1 if process.role == "learners" else signal.SIGTERM
+    results.append(logged.stop(Path(process.pidfile), grace, first_signal=first))
     return "; ".join(results)
 
 

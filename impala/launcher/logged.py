@@ -90,15 +90,16 @@ def run(pidfile: Path, log: Path | None, command: list[str]) -> int:
     return code
 
 
-def stop(pidfile: Path, grace_s: float) -> str:
-    """SIGTERM the recorded process group, SIGKILL it after `grace_s`; say what happened."""
+def stop(pidfile: Path, grace_s: float, first_signal: int = signal.SIGTERM) -> str:
+    """Send `first_signal` to the recorded process group, SIGKILL it after `grace_s`; say
+    what happened."""
     recorded = read_pidfile(pidfile)
     if recorded is None:
         return "no pidfile"
     pid, ticks = recorded
     if start_ticks(pid) != ticks:
         return "not running"
-    os.killpg(pid, signal.SIGTERM)
+    os.killpg(pid, first_signal)
     deadline = time.time() + grace_s
     while time.time() < deadline:
         if start_ticks(pid) != ticks and not _group_alive(pid):

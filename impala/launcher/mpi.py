@@ -1,6 +1,7 @@
 """The one MPMD `mpirun` command line that starts every learner as a Horovod rank.
 
   mpirun [--allow-run-as-root] -H a:2,b:1 -bind-to none -map-by slot -mca mpi_yield_when_idle 1
+         -mca odls_base_sigkill_timeout 10
          [-mca plm_rsh_agent "ssh ..."] [-mca oob_tcp_if_include X -mca btl_tcp_if_include X]
          -np 1 -host a:2 -wdir D -x PYTHONUNBUFFERED=1 -x MASTER_ADDR=a -x MASTER_PORT=p
              -x CUDA_VISIBLE_DEVICES=0 python experiment.py
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+RANK_STOP_GRACE_S = 10  # seconds a rank has to checkpoint and exit after SIGTERM
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
     # Learners share hosts with actors: a rank waiting in a collective must yield its core
     # instead of busy-polling (measured: 150 ms -> a few ms per update on 2 shared cores).
     command += ["-mca", "mpi_yield_when_idle", "1"]
+    # On SIGTERM or SIGINT mpirun sends the ranks SIGCONT, SIGTERM after this many seconds
+    # and SIGKILL after as many again (measured). The default, 1 s, often killed a rank
+    # before its final checkpoint. The frontend stops ranks with SIGUSR1, which mpirun
+    # forwards at once; this covers a Ctrl-C in the learners' pane.
+    command += ["-mca", "odls_base_sigkill_timeout", str(RANK_STOP_GRACE_S)]
     if options.ssh_command:
         command += ["-mca", "plm_rsh_agent", options.ssh_command]
     if options.iface:
