@@ -58,21 +58,24 @@ def test_mpirun_command_for_learners_on_different_hosts():
     ]
 
 
-def test_every_rank_gets_the_variables():
+def test_every_rank_gets_the_variables(tmp_path):
     """Under a real mpirun: -x reaches every MPMD block, not just the first."""
     learners = [LearnerLaunch("127.0.0.1", 1, sys.executable, str(ROOT), "7"),
                 LearnerLaunch("127.0.0.1", 2, sys.executable, str(ROOT), "")]
     command = mpirun_command(learners, [], MpiOptions(master_port=31999))
-    probe = ("import os; print('RANK', os.environ['OMPI_COMM_WORLD_RANK'], "
-             "os.environ.get('MASTER_PORT'), repr(os.environ.get('CUDA_VISIBLE_DEVICES')))")
-    # Swap the learner program for a probe that prints what each rank sees.
+    # Each rank writes what it sees to a file: mpirun can lose the output of ranks that
+    # exit at once (this test failed now and then when it read their stdout).
+    probe = ("import os, sys; e = os.environ; open(sys.argv[1] + '/rank-' + "
+             "e['OMPI_COMM_WORLD_RANK'], 'w').write(f\"{e.get('MASTER_PORT')} "
+             "{e.get('CUDA_VISIBLE_DEVICES')!r}\")")
+    # Swap the learner program for the probe.
     position = [i for i, word in enumerate(command) if word == "experiment.py"]
     for start_index in reversed(position):
         end = command.index(":", start_index) if ":" in command[start_index:] else len(command)
-        command[start_index:end] = ["-c", probe]
-    output = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
-    assert "RANK 0 31999 '7'" in output
-    assert "RANK 1 31999 ''" in output
+        command[start_index:end] = ["-c", probe, str(tmp_path)]
+    subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert (tmp_path / "rank-0").read_text() == "31999 '7'"
+    assert (tmp_path / "rank-1").read_text() == "31999 ''"
 
 
 def test_no_root_flag_for_other_users():
