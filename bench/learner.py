@@ -17,6 +17,7 @@ from impala.distributed import SingleLearner
 from impala.learner import keep_freed_memory, learn_step, weights_arrays
 from impala.losses import LossSettings
 from impala.nets import create_agent
+from impala.optim import RMSpropTF
 from impala.transport import encode
 
 ATARI = (4, 84, 84)
@@ -45,7 +46,7 @@ def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
         keep_freed_memory()
     torch.manual_seed(0)
     model = create_agent(agent_name, ATARI, ACTIONS)
-    optimizer = torch.optim.RMSprop(model.parameters(), lr=6e-4, alpha=0.99, eps=0.01)
+    optimizer = RMSpropTF(model.parameters(), lr=6e-4)
     batch = synthetic_batch(T, B)
     core = model.initial_state(B)
     backend = SingleLearner()

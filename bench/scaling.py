@@ -39,6 +39,7 @@ def worker(args) -> None:
     from impala.learner import learn_step, weights_arrays
     from impala.losses import LossSettings
     from impala.nets import create_agent
+    from impala.optim import RMSpropTF
     from impala.transport import encode
 
     torch.set_num_threads(args.threads)
@@ -46,8 +47,7 @@ def worker(args) -> None:
     torch.manual_seed(backend.rank)  # different on purpose: the broadcast must equalise
     T, B = (int(x) for x in args.shape.split("x"))
     model = create_agent(args.agent_name, ATARI, ACTIONS)
-    optimizer = backend.prepare(model, torch.optim.RMSprop(model.parameters(), lr=6e-4,
-                                                           alpha=0.99, eps=0.01))
+    optimizer = backend.prepare(model, RMSpropTF(model.parameters(), lr=6e-4))
     batch = synthetic_batch(T, B)
     core = model.initial_state(B)
 

@@ -2,6 +2,12 @@
 
 Flag names keep those of scalable_agent and its multi-learner tweak, so their command
 lines (`--level_name=... --agent_name=... --batch_size=...`) work unchanged.
+
+Presets: the field defaults below are the IMPALA paper's Atari settings. On the command
+line, `--preset` (default `auto`: chosen by the environment's family, see envs.py) then
+replaces the defaults of the flags the user did not set with settings that learn on that
+family (PRESETS; why each value, in the README's "Presets"). A resolved Config names its
+preset, and `to_argv` passes it on, so child processes resolve the same values.
 """
 
 from __future__ import annotations
@@ -19,6 +25,26 @@ def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> An
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
+# Per environment family (envs.env_family), the defaults that replace the paper's for the
+# flags a user does not set. `image` environments share Atari's.
+PRESETS: dict[str, dict[str, Any]] = {
+    "atari": {
+        "batch_size": 8,
+        "learning_rate": 0.0006,
+        "entropy_cost": 0.01,
+    },
+    "classic": {
+        "agent_name": "MLPAgent",
+        "batch_size": 16,
+        "learning_rate": 0.003,
+        "discounting": 0.98,
+        "total_environment_frames": 1_000_000,
+    },
+    "none": {},
+}
+PRESET_OF_FAMILY = {"atari": "atari", "image": "atari", "classic": "classic"}
+
+
 @dataclass(frozen=True)
 class Config:
     # --- what runs -------------------------------------------------------------------
@@ -27,6 +53,10 @@ class Config:
     job_name: str = _flag("local", "learner, actor, or local (one learner + --num_actors "
                           "actor processes on this host)", ("learner", "actor", "local"))
     task: int = _flag(0, "actor index (actors) or learner index (learners)")
+    preset: str = _flag("none", "defaults for the flags you do not set: auto (by the "
+                        "environment: atari for Atari and other image environments, classic "
+                        "for vector observations), atari, classic, or none (the IMPALA "
+                        "paper's settings)", ("auto", *PRESETS))
     logdir: str = _flag("runs", "parent of run directories")
     run_name: str = _flag("", "run directory under --logdir; default <level>_<agent>, so "
                           "the same command resumes the same run")
@@ -77,6 +107,8 @@ class Config:
     test_num_episodes: int = _flag(10, "episodes played by --mode=test")
 
     def __post_init__(self) -> None:
+        if self.preset == "auto":
+            raise ValueError("a Config holds a resolved preset; use Config.from_flags for auto")
         problems = [message for message in self._problems() if message]
         if problems:
             raise ValueError("bad flags:\n  " + "\n  ".join(problems))
@@ -114,12 +146,26 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_flags(cls, flags: dict[str, Any]) -> Config:
+        """The Config of a command line: `flags` are those the user set (name -> value);
+        every other flag takes its preset's value, else its default."""
+        preset = flags.get("preset", "auto")
+        if preset == "auto":
+            from impala.envs import env_family  # gymnasium: only when a level is resolved
+
+            level = flags.get("level_name", cls.__dataclass_fields__["level_name"].default)
+            preset = PRESET_OF_FAMILY[env_family(level)]
+        return cls(**{**preset_defaults(preset), **flags, "preset": preset})
+
     def to_argv(self, **overrides: Any) -> list[str]:
-        """The flags that differ from the defaults, as `--name=value`, for child processes."""
+        """The flags of this Config as `--name=value` for a child process's command line:
+        its preset, and every flag whose value differs from that preset's default."""
         values = {**self.to_dict(), **overrides}
-        defaults = Config.__dataclass_fields__
-        return [f"--{name}={value}" for name, value in values.items()
-                if value != defaults[name].default]
+        defaults = preset_defaults(values["preset"])
+        return [f"--preset={values['preset']}"] + [
+            f"--{name}={value}" for name, value in values.items()
+            if name != "preset" and value != defaults[name]]
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
@@ -131,20 +177,35 @@ def parse_host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def preset_defaults(preset: str) -> dict[str, Any]:
+    """Every flag's default under `preset` (atari, classic or none)."""
+    base = {f.name: f.default for f in dataclasses.fields(Config)}
+    return {**base, **PRESETS[preset], "preset": preset}
+
+
+def _default_help(name: str, default: Any) -> str:
+    by_preset = [f"{preset}: {values[name]}" for preset, values in PRESETS.items()
+                 if name in values]
+    return f"default: {default}" + (f"; preset {', '.join(by_preset)}" if by_preset else "")
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one `--name` option per Config field, typed and with its default and help."""
+    """Add one `--name` option per Config field, typed, with its help and its default under
+    each preset. Unset flags stay None, so presets know which flags the user set."""
     for f in dataclasses.fields(Config):
         kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str)
                                                           else f.type.__name__]
+        default = "auto" if f.name == "preset" else f.default
         parser.add_argument(
-            f"--{f.name}", type=kind, default=f.default, choices=f.metadata["choices"],
-            help=f"{f.metadata['help']} (default: {f.default})",
+            f"--{f.name}", type=kind, default=None, choices=f.metadata["choices"],
+            help=f"{f.metadata['help']} ({_default_help(f.name, default)})",
         )
 
 
 def config_from_namespace(namespace: argparse.Namespace) -> Config:
     names = {f.name for f in dataclasses.fields(Config)}
-    return Config(**{k: v for k, v in vars(namespace).items() if k in names})
+    return Config.from_flags({k: v for k, v in vars(namespace).items()
+                              if k in names and v is not None})
 
 
 def parse_config(argv: list[str] | None = None) -> Config:

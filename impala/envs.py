@@ -1,5 +1,10 @@
 """Environment creation: any Gymnasium id, with the DeepMind pipeline for Atari games.
 
+Environments fall in three families, which also pick the training preset (config.py):
+`atari` (ALE ids), `image` (any other environment whose observation is a 2-D uint8 frame,
+such as the test environment `impala/DelayedCue-v0`: 4 stacked frames, sent once each
+like Atari's) and `classic` (vector observations: CartPole and friends, as they are).
+
 Atari pipeline (Gymnasium's own wrappers where they do the job):
   up to 30 no-op starts, action repeat with a max over the last two frames, grayscale
   resized to width x height (AtariPreprocessing) -> FIRE on reset for games that need it
@@ -20,8 +25,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, RecordEpisodeStatistics
 
+from impala import testenvs
+
 FRAME_STACK = 4
 NOOP_MAX = 30
+
+FAMILIES = ("atari", "image", "classic")
 
 _ale_registered = False
 
@@ -32,6 +41,7 @@ def _register_ale() -> None:
         import ale_py
 
         gym.register_envs(ale_py)
+        testenvs.register()
         _ale_registered = True
 
 
@@ -44,6 +54,22 @@ def is_atari(level_name: str) -> bool:
         raise ValueError(f"unknown level_name {level_name!r}: {exc}") from None
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
     return entry.startswith("ale_py")
+
+
+def _is_image(space: gym.Space) -> bool:
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+            and len(space.shape) == 2)
+
+
+def env_family(level_name: str) -> str:
+    """`atari`, `image` or `classic` (see the module docstring); ValueError if unknown."""
+    if is_atari(level_name):
+        return "atari"
+    env = gym.make(level_name)
+    try:
+        return "image" if _is_image(env.observation_space) else "classic"
+    finally:
+        env.close()
 
 
 class FireOnReset(gym.Wrapper):
@@ -103,6 +129,8 @@ def create_env(settings: EnvSettings, seed: int | None = None,
     else:
         env = gym.make(settings.level_name, render_mode=render_mode)
         env = RecordEpisodeStatistics(env)
+        if _is_image(env.observation_space):
+            env = FrameStackObservation(env, FRAME_STACK)
     if seed is not None:
         env.reset(seed=seed)
         env.action_space.seed(seed)
@@ -131,8 +159,9 @@ def _create_atari(settings: EnvSettings, render_mode: str | None) -> gym.Env:
 
 
 def frame_stack_of(level_name: str) -> int:
-    """Frames per observation that travel once each (Atari), or 0 (observations as they are)."""
-    return FRAME_STACK if is_atari(level_name) else 0
+    """Frames per observation that travel once each (Atari and other image environments),
+    or 0 (observations as they are)."""
+    return 0 if env_family(level_name) == "classic" else FRAME_STACK
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from impala.logs import (
 )
 from impala.losses import LossSettings, impala_loss
 from impala.nets import Agent, create_agent
+from impala.optim import RMSpropTF
 from impala.rollout import (
     Batch,
     BatchQueue,
@@ -287,9 +288,8 @@ class Learner:
         self.frames_per_step = env_info.frames_per_step
         self.loss_settings = LossSettings(cfg.discounting, cfg.baseline_cost,
                                           cfg.entropy_cost, cfg.reward_clipping)
-        optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.learning_rate,
-                                        alpha=cfg.decay, momentum=cfg.momentum,
-                                        eps=cfg.epsilon)
+        optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
+                              decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
         self.optimizer = backend.prepare(self.model, optimizer)
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",

@@ -1,0 +1,58 @@
+"""RMSProp as TensorFlow 1 defines it, which is what the IMPALA paper and scalable_agent's
+`--learning_rate --decay --momentum --epsilon` flags mean.
+
+Per parameter, with gradient g:
+  ms  <- decay * ms + (1 - decay) * g^2          (ms starts at 1, not 0)
+  mom <- momentum * mom + lr * g / sqrt(ms + epsilon)
+  w   <- w - mom
+
+PyTorch's `torch.optim.RMSprop` differs in two ways that matter here: its mean square
+starts at 0, so its first update moves every weight by about lr / sqrt(1 - decay) = 10 lr
+in the direction of its gradient's sign; and its epsilon is added outside the square root,
+so an epsilon of 0.01 bounds the denominator by 0.01 instead of 0.1. With the paper's
+settings that made the first Pong updates blow the network up: the global gradient norm
+went 6 -> 98 -> 172 -> 560 -> 842 in 20 updates and the policy never recovered
+(sandbox/pong_curve.md, "Why Pong was not learned").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+
+class RMSpropTF(torch.optim.Optimizer):
+    """TensorFlow 1's RMSProp (see the module docstring); a drop-in torch optimizer, so
+    Horovod's DistributedOptimizer can wrap it and checkpoints hold its state."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, decay: float = 0.99,
+                 momentum: float = 0.0, epsilon: float = 0.01) -> None:
+        if lr < 0 or not 0 <= decay < 1 or momentum < 0 or epsilon <= 0:
+            raise ValueError(f"RMSpropTF: bad settings lr={lr}, decay={decay}, "
+                             f"momentum={momentum}, epsilon={epsilon}")
+        super().__init__(params, {"lr": lr, "decay": decay, "momentum": momentum,
+                                  "epsilon": epsilon})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["mean_square"] = torch.ones_like(param)
+                    state["momentum"] = torch.zeros_like(param)
+                grad = param.grad
+                mean_square = state["mean_square"]
+                mean_square.mul_(group["decay"]).addcmul_(grad, grad, value=1 - group["decay"])
+                update = grad / (mean_square + group["epsilon"]).sqrt_()
+                momentum = state["momentum"]
+                momentum.mul_(group["momentum"]).add_(update, alpha=group["lr"])
+                param.sub_(momentum)
+        return loss

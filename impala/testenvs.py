@@ -1,0 +1,79 @@
+"""Small image environments that check an Atari-style learner end to end in minutes.
+
+`impala/DelayedCue-v0` is built so that a learner solves it only if the whole Atari data
+path is right:
+- Each trial is three steps. The first screen shows a cue (a block on the left or on the
+  right); the second is blank; the third shows a "go" bar and nothing else. Only the
+  action taken on the "go" screen is rewarded: +1 if it points to the side of the cue, -1
+  otherwise. So the right action can only be read from the stacked frames (the cue is two
+  frames back), never from the newest frame alone.
+- The reward arrives on the step after the rewarded action, as in Atari; a learner that
+  pairs rewards with the wrong step learns nothing here.
+- An episode is `trials` trials; the cue of each trial is random.
+A random policy scores 0 on average; a perfect one scores `trials`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+CUE, BLANK, GO = 0, 1, 2  # the phases of one trial
+LEFT, RIGHT = 0, 1  # the actions that answer (a third action, 2, never does)
+
+
+class DelayedCueEnv(gym.Env):
+    """Grey frames `[size, size]` uint8; 3 actions (left, right, no-op)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, size: int = 36, trials: int = 10, render_mode: str | None = None):
+        self.size = size
+        self.trials = trials
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+        self._trial = 0
+        self._phase = CUE
+        self._cue = LEFT
+
+    def _frame(self) -> np.ndarray:
+        frame = np.full((self.size, self.size), 40, np.uint8)
+        quarter = self.size // 4
+        if self._phase == CUE:  # a block in the left or right half
+            left = quarter // 2 if self._cue == LEFT else self.size // 2 + quarter // 2
+            frame[quarter: 3 * quarter, left: left + quarter] = 220
+        elif self._phase == GO:  # a bar across the bottom, the same whatever the cue
+            frame[-quarter // 2:, :] = 160
+        return frame
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._trial = 0
+        self._new_trial()
+        return self._frame(), {}
+
+    def _new_trial(self) -> None:
+        self._phase = CUE
+        self._cue = int(self.np_random.integers(2))
+
+    def step(self, action: int):
+        reward = 0.0
+        if self._phase == GO:
+            reward = 1.0 if int(action) == self._cue else -1.0
+            self._trial += 1
+            self._new_trial()
+        else:
+            self._phase += 1
+        terminated = self._trial >= self.trials
+        return self._frame(), reward, terminated, False, {}
+
+    def render(self) -> np.ndarray:
+        return np.repeat(self._frame()[:, :, None], 3, axis=2)
+
+
+def register() -> None:
+    if "impala/DelayedCue-v0" not in gym.registry:
+        gym.register("impala/DelayedCue-v0", entry_point=DelayedCueEnv, max_episode_steps=400)

@@ -1,0 +1,65 @@
+"""RMSpropTF against a NumPy version written from TensorFlow 1's RMSProp update rule."""
+
+import numpy as np
+import pytest
+import torch
+
+from impala.optim import RMSpropTF
+
+
+def numpy_rmsprop(w, grads, lr, decay, momentum, epsilon):
+    """ms starts at 1; mom <- momentum*mom + lr*g/sqrt(ms+eps); w <- w - mom."""
+    ms, mom = np.ones_like(w), np.zeros_like(w)
+    for g in grads:
+        ms = decay * ms + (1 - decay) * g * g
+        mom = momentum * mom + lr * g / np.sqrt(ms + epsilon)
+        w = w - mom
+    return w
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_matches_the_tensorflow_update_rule(momentum):
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=(3, 4))
+    grads = [rng.normal(scale=s, size=(3, 4)) for s in (0.01, 1.0, 30.0, 0.1, 5.0)]
+    param = torch.nn.Parameter(torch.tensor(w0))
+    optimizer = RMSpropTF([param], lr=0.01, decay=0.9, momentum=momentum, epsilon=0.1)
+    for g in grads:
+        param.grad = torch.tensor(g)
+        optimizer.step()
+    expected = numpy_rmsprop(w0, grads, 0.01, 0.9, momentum, 0.1)
+    np.testing.assert_allclose(param.detach().numpy(), expected, rtol=1e-12)
+
+
+def test_first_step_is_small_unlike_torch_rmsprop():
+    """The reason it exists: torch's zero-initialised mean square makes the first step
+    about lr / sqrt(1 - decay) = 10 lr whatever the gradient's size."""
+    grad = torch.full((1000,), 0.03)
+    steps = {}
+    for name, make in (("tf", lambda p: RMSpropTF([p], lr=6e-4, epsilon=0.01)),
+                       ("torch", lambda p: torch.optim.RMSprop([p], lr=6e-4, alpha=0.99,
+                                                              eps=0.01))):
+        param = torch.nn.Parameter(torch.zeros(1000))
+        param.grad = grad.clone()
+        make(param).step()
+        steps[name] = param.detach().abs().max().item()
+    mean_square = 0.99 * 1 + 0.01 * 0.03**2  # TF starts it at 1, torch at 0
+    assert steps["tf"] == pytest.approx(6e-4 * 0.03 / np.sqrt(mean_square + 0.01), rel=1e-6)
+    assert steps["torch"] == pytest.approx(6e-4 * 0.03 / (np.sqrt(0.01 * 0.03**2) + 0.01),
+                                           rel=1e-6)
+    assert steps["torch"] > 70 * steps["tf"]
+
+
+def test_state_round_trips_through_a_state_dict():
+    param = torch.nn.Parameter(torch.ones(5))
+    optimizer = RMSpropTF([param], lr=0.1)
+    param.grad = torch.ones(5)
+    optimizer.step()
+    again = RMSpropTF([param], lr=0.1)
+    again.load_state_dict(optimizer.state_dict())
+    assert torch.equal(again.state[param]["mean_square"], optimizer.state[param]["mean_square"])
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="epsilon=0"):
+        RMSpropTF([torch.nn.Parameter(torch.ones(1))], lr=0.1, epsilon=0)
