@@ -312,8 +312,11 @@ def lower_priority(niceness: int) -> None:
     so) sets its group's niceness too. Called before any thread starts: on Linux niceness
     is per thread, and new threads inherit it.
     """
-    if niceness <= os.getpriority(os.PRIO_PROCESS, 0):
-        return
+    if niceness <= 0:
+        return  # turned off
+    # A process started niced already (e.g. under `nice -n 19`) keeps the larger value;
+    # its new session's group still starts at 0, so the group is set in every case.
+    niceness = max(niceness, os.getpriority(os.PRIO_PROCESS, 0))
     os.setpriority(os.PRIO_PROCESS, 0, niceness)
     if os.getsid(0) == os.getpid():
         try:

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from impala import checkpoint
-from impala.config import Config, parse_host_port
+from impala.config import PRESETS, Config, parse_host_port
+from impala.curves import CurvePlotter
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import EnvSettings, describe_env
 from impala.framestack import FrameStreams, StreamGap
@@ -338,7 +339,8 @@ class Learner:
                  cfg.batch_size, cfg.unroll_length)
 
         writers = self._open_writers()
-        meta = RunMeta(self.run_dir, cfg.to_dict(), role="learner") if self.is_chief else None
+        meta = RunMeta(self.run_dir, cfg.to_dict(), role="learner",
+                       preset=PRESETS[cfg.preset]) if self.is_chief else None
         status = "error"
         try:
             status = self._loop(receiver, batches, writers)
@@ -349,6 +351,8 @@ class Learner:
             self.save_checkpoint()
             for writer in writers.values():
                 writer.close()
+            if self.is_chief:
+                self.curve.close()  # the final picture, with every row
             if meta is not None:
                 meta.finish(status, frames=self.counters.frames, updates=self.counters.updates)
         return status
@@ -361,6 +365,8 @@ class Learner:
         if self.is_chief:
             writers["logs"] = CsvLog(self.run_dir / "logs.csv", LOG_COLUMNS)
             writers["tensorboard"] = TensorBoard(self.run_dir)
+            self.curve = CurvePlotter(self.run_dir)
+            self.curve.start()
         return writers
 
     def _loop(self, receiver: UnrollReceiver, batches: BatchQueue,
@@ -476,6 +482,7 @@ class Learner:
         }
         writers["logs"].write(row)
         writers["tensorboard"].write(row, self.counters.frames)
+        self.curve.request()
         if interval.last:
             log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
                                  run_start_frames))

@@ -1,7 +1,9 @@
 """The run directory and everything written into it.
 
 <logdir>/<run_name>/
-  meta.json          flags, git commit and dirty flag, hosts, start/end time, exit status
+  meta.json          flags, preset, git commit and dirty flag, hosts, start/end time,
+                     exit status
+  curve.png          the learning curve, redrawn after every log row (curves.py)
   logs.csv           one row per logging interval (rank 0), flushed as written
   learner-<r>.csv    per-rank throughput and parameter checksum (sync can be checked)
   episodes-<r>.csv   every finished episode seen by learner r (raw return and length)
@@ -77,12 +79,16 @@ class RunMeta:
     """meta.json: written at start, completed with end time and exit status at the end."""
 
     def __init__(self, run_dir: Path, flags: dict[str, Any], role: str,
-                 hosts: list[str] | None = None) -> None:
+                 hosts: list[str] | None = None,
+                 preset: dict[str, Any] | None = None) -> None:
         self.path = run_dir / "meta.json"
         previous = self._read()
         repo = Path(__file__).resolve().parent.parent
         self.data = {
             "flags": redact(flags),
+            # The preset's values (flags["preset"] names it); each flag the user did not
+            # set took its value from here.
+            "preset_values": preset or {},
             "role": role,
             "host": socket.gethostname(),
             "hosts": hosts or [],

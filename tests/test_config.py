@@ -2,7 +2,7 @@
 
 import pytest
 
-from impala.config import Config, parse_config, parse_host_port
+from impala.config import PRESETS, Config, parse_config, parse_host_port
 
 ORIGINAL_README_FLAGS = [
     "--level_name=BreakoutNoFrameskip-v4", "--agent_name=SimpleConvNetAgent",
@@ -18,6 +18,7 @@ def test_original_readme_command_line_parses():
     assert cfg.num_action_repeats == 1  # sets the action repeat here
     assert cfg.gradients_clipping == 40.0
     assert cfg.total_environment_frames == 200_000_000
+    assert cfg.batch_size == 32  # set by the user, so the atari preset leaves it alone
 
 
 def test_scalable_agent_flags_exist():
@@ -51,9 +52,48 @@ def test_default_run_name_is_stable_so_the_same_command_resumes():
 
 
 def test_to_argv_round_trips_non_defaults():
-    cfg = parse_config(["--level_name=CartPole-v1", "--batch_size=16", "--learning_rate=0.003"])
+    cfg = parse_config(["--level_name=CartPole-v1", "--batch_size=24", "--learning_rate=0.001"])
     assert parse_config(cfg.to_argv()) == cfg
-    assert "--batch_size=16" in cfg.to_argv()
+    assert "--batch_size=24" in cfg.to_argv() and "--preset=classic" in cfg.to_argv()
+
+
+@pytest.mark.parametrize("level,preset", [("PongNoFrameskip-v4", "atari"),
+                                          ("ALE/Breakout-v5", "atari"),
+                                          ("impala/DelayedCue-v0", "atari"),
+                                          ("CartPole-v1", "classic")])
+def test_the_preset_follows_the_environment(level, preset):
+    cfg = parse_config([f"--level_name={level}"])
+    assert cfg.preset == preset
+    for name, value in PRESETS[preset].items():
+        assert getattr(cfg, name) == value, name
+
+
+def test_a_flag_the_user_sets_beats_the_preset_in_every_process():
+    # 32 is the paper's default and not the preset's: it must still reach child processes.
+    cfg = parse_config(["--batch_size=32", "--level_name=CartPole-v1"])
+    assert cfg.batch_size == 32 and cfg.agent_name == "MLPAgent"
+    child = parse_config(cfg.to_argv(job_name="actor", task=3))
+    assert child.batch_size == 32 and child.task == 3 and child.preset == "classic"
+
+
+def test_preset_none_gives_the_paper_settings():
+    cfg = parse_config(["--preset=none"])
+    assert cfg == Config()
+    assert cfg.batch_size == 32 and cfg.learning_rate == 0.0006
+
+
+def test_help_shows_each_presets_value(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"default: 32; preset atari: {PRESETS['atari']['batch_size']}" in text
+    assert "(default: auto)" in text
+
+
+def test_an_unknown_level_is_refused_before_anything_starts(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--level_name=NoSuchGame-v9"])
+    assert "unknown level_name 'NoSuchGame-v9'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text,expected", [("127.0.0.1:8001", ("127.0.0.1", 8001)),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.helpers import ROOT
 
@@ -44,3 +47,17 @@ def test_openmp_threads_sleep_rather_than_spin_unless_the_user_says_otherwise():
                             env={**env_of, "OMP_WAIT_POLICY": "ACTIVE"},
                             capture_output=True).stdout.strip()
     assert (default, chosen) == ("PASSIVE", "ACTIVE")
+
+
+def test_an_actor_started_niced_still_lowers_its_sessions_group():
+    """An actor under `nice -n 15` in a new session: its group started at 0 and must be
+    set too (it was skipped because the process was niced enough already)."""
+    probe = ("import os; from pathlib import Path; from impala.actor import lower_priority; "
+             "lower_priority(10); print(os.getpriority(os.PRIO_PROCESS, 0), "
+             "Path('/proc/self/autogroup').read_text().split('nice')[-1].strip())")
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("no autogroups on this kernel")
+    out = subprocess.run(["nice", "-n", "15", sys.executable, "-c", probe], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, check=True,
+                         start_new_session=True).stdout.split()
+    assert out == ["15", "15"]

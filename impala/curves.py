@@ -1,0 +1,184 @@
+"""Pictures of learning: `curve.png` in a run directory, and several runs overlaid.
+
+`curve.png` has four panels over frames: the episode return (each episode faint, the mean
+of the last 30 bold), the loss terms, the policy's entropy, and agent steps per second.
+The learner redraws it after every log row (`CurvePlotter`, in a background thread at the
+lowest CPU priority, so training never waits for it) and once more at the end.
+
+  impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
+  impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames
+                                                        # and vs wall time
+Only matplotlib's Agg backend is used: no display is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+from pathlib import Path
+
+import pandas as pd
+
+log = logging.getLogger("curves")
+
+CURVE_NAME = "curve.png"
+RETURN_WINDOW = 30  # episodes in the bold running mean
+
+
+def _figure(rows: int, cols: int, size: tuple[float, float]):
+    # The object API with an Agg canvas: no pyplot state, safe in a background thread.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=size, dpi=90, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots(rows, cols, squeeze=False)
+
+
+def read_csv(path: Path) -> pd.DataFrame | None:
+    try:
+        frame = pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError):
+        return None
+    return frame if len(frame) else None
+
+
+def episodes_of(run_dir: Path) -> pd.DataFrame | None:
+    """Every episode the learners here saw (all ranks' files), in order of frames."""
+    frames = [f for f in (read_csv(p) for p in sorted(run_dir.glob("episodes-*.csv")))
+              if f is not None]
+    if not frames:
+        return None
+    return pd.concat(frames).sort_values("frames", kind="stable").reset_index(drop=True)
+
+
+def running_return(episodes: pd.DataFrame) -> pd.Series:
+    return episodes["episode_return"].rolling(RETURN_WINDOW, min_periods=1).mean()
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
+    """Draw `run_dir`'s curve.png (or `out`); None if it has no log rows yet."""
+    logs = read_csv(run_dir / "logs.csv")
+    if logs is None:
+        return None
+    episodes = episodes_of(run_dir)
+    figure, axes = _figure(2, 2, (11, 7))
+    millions = logs["frames"] / 1e6
+    ax = axes[0, 0]
+    if episodes is not None:
+        ax.scatter(episodes["frames"] / 1e6, episodes["episode_return"], s=3, alpha=0.25,
+                   color="tab:blue", label="episode")
+        ax.plot(episodes["frames"] / 1e6, running_return(episodes), color="tab:blue",
+                linewidth=2, label=f"mean of last {RETURN_WINDOW}")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("episode return (raw score)")
+    ax = axes[0, 1]
+    for column in ("total_loss", "pg_loss", "baseline_loss"):
+        if column in logs:
+            ax.plot(millions, logs[column], label=column, linewidth=1)
+    ax.set_yscale("symlog")
+    ax.legend(fontsize=8)
+    ax.set_title("loss terms (sums over the batch)")
+    axes[1, 0].plot(millions, logs["entropy"], color="tab:purple")
+    axes[1, 0].set_title("policy entropy (nats per step)")
+    axes[1, 1].plot(millions, logs["sps"], color="tab:green")
+    axes[1, 1].set_title("agent steps per second")
+    for ax in axes.flat:
+        ax.set_xlabel("frames (millions)")
+        ax.grid(alpha=0.3)
+    minutes = (logs["time"].iloc[-1] - logs["time"].iloc[0]) / 60
+    latest = f", return {running_return(episodes).iloc[-1]:.1f}" if episodes is not None else ""
+    figure.suptitle(f"{run_dir.name}: {logs['frames'].iloc[-1] / 1e6:.2f}M frames in "
+                    f"{minutes:.0f} min{latest}")
+    return _save(figure, out or run_dir / CURVE_NAME)
+
+
+def overlay(run_dirs: list[Path], out: Path) -> Path:
+    """Running mean return of several runs against frames and against wall time."""
+    figure, axes = _figure(1, 2, (12, 4.5))
+    for run_dir in run_dirs:
+        episodes = episodes_of(run_dir)
+        logs = read_csv(run_dir / "logs.csv")
+        if episodes is None or logs is None:
+            log.warning("%s: no episodes or log rows yet; left out", run_dir)
+            continue
+        mean = running_return(episodes)
+        axes[0, 0].plot(episodes["frames"] / 1e6, mean, label=run_dir.name)
+        axes[0, 1].plot((episodes["time"] - logs["time"].iloc[0]) / 60, mean,
+                        label=run_dir.name)
+    for ax, xlabel in zip(axes.flat, ("frames (millions)", "wall time (minutes)"),
+                          strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"mean return, last {RETURN_WINDOW} episodes")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(figure, out)
+
+
+def _save(figure, out: Path) -> Path:
+    tmp = out.with_name(out.name + ".tmp.png")  # a reader never sees half a picture
+    figure.savefig(tmp)
+    os.replace(tmp, out)
+    return out
+
+
+class CurvePlotter(threading.Thread):
+    """Redraws a run's curve.png when asked, in the background at niceness 19; a request
+    while a drawing is under way is merged into the next one."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(name="curve-plotter", daemon=True)
+        self.run_dir = run_dir
+        self._wanted = threading.Event()
+        self._closing = False
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def run(self) -> None:
+        try:  # Linux: niceness is per thread, so this lowers only this one
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:
+            pass
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._closing:
+                return
+            self._draw()
+
+    def _draw(self) -> None:
+        try:
+            plot_run(self.run_dir)
+        except Exception as exc:  # noqa: BLE001 - a picture must never stop training
+            log.warning("could not draw %s: %s", self.run_dir / CURVE_NAME, exc)
+
+    def close(self) -> None:
+        """Stop the thread and draw the final picture (in the caller, so it is complete)."""
+        self._closing = True
+        self._wanted.set()
+        self.join(timeout=60)
+        self._draw()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="impala-curves", description="Draw a run's curve.png, or overlay several runs.")
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories")
+    parser.add_argument("--out", type=Path, help="overlay the runs into this PNG")
+    args = parser.parse_args(argv)
+    missing = [str(d) for d in args.run_dirs if not (d / "logs.csv").exists()]
+    if missing:
+        parser.error(f"not a run directory (no logs.csv): {', '.join(missing)}")
+    if args.out is not None:
+        print(overlay(args.run_dirs, args.out))
+        return 0
+    for run_dir in args.run_dirs:
+        print(plot_run(run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Pictures of learning: curve.png of a run directory, and runs overlaid into one PNG."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from impala.curves import CurvePlotter, main, plot_run
+from impala.logs import EPISODE_COLUMNS, LOG_COLUMNS, CsvLog
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def fake_run(run_dir: Path, rows: int, start_return: float) -> Path:
+    """A run directory written by the learner's own writers."""
+    run_dir.mkdir(parents=True)
+    logs = CsvLog(run_dir / "logs.csv", LOG_COLUMNS)
+    episodes = CsvLog(run_dir / "episodes-0.csv", EPISODE_COLUMNS)
+    for i in range(rows):
+        frames = (i + 1) * 10_000
+        logs.write({"time": 1000.0 + 5 * i, "frames": frames, "sps": 1000 + i, "updates": i,
+                    "episodes": 2, "total_loss": 10.0 - i, "pg_loss": -1.0 + 0.1 * i,
+                    "baseline_loss": 5.0, "entropy": 1.79 - 0.01 * i})
+        for k in range(2):
+            episodes.write({"time": 1000.0 + 5 * i + k, "frames": frames,
+                            "episode_return": start_return + i + np.sin(k),
+                            "episode_length": 800})
+    logs.close()
+    episodes.close()
+    return run_dir
+
+
+def test_a_run_gets_its_curve(tmp_path):
+    run_dir = fake_run(tmp_path / "run", rows=40, start_return=-21)
+    out = plot_run(run_dir)
+    assert out == run_dir / "curve.png"
+    width, height = png_size(out)
+    assert width > 600 and height > 400
+
+
+def test_no_rows_yet_draws_nothing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert plot_run(tmp_path / "empty") is None
+
+
+def test_the_plotter_thread_draws_on_request_and_at_close(tmp_path):
+    run_dir = fake_run(tmp_path / "run", rows=5, start_return=0)
+    plotter = CurvePlotter(run_dir)
+    plotter.start()
+    plotter.request()
+    plotter.close()
+    assert not plotter.is_alive()
+    png_size(run_dir / "curve.png")
+
+
+def test_runs_are_overlaid_by_the_command(tmp_path, capsys):
+    runs = [fake_run(tmp_path / name, rows=20, start_return=r)
+            for name, r in (("a", -21), ("b", -5))]
+    out = tmp_path / "compare.png"
+    assert main([*map(str, runs), f"--out={out}"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    png_size(out)
+
+
+def test_the_command_names_a_directory_that_is_not_a_run(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([str(tmp_path)])
+    assert f"not a run directory (no logs.csv): {tmp_path}" in capsys.readouterr().err
