@@ -1,5 +1,7 @@
 """Flags: the original command lines parse; bad values name the flag."""
 
+from pathlib import Path
+
 import pytest
 
 from impala.config import PRESETS, Config, parse_config, parse_host_port
@@ -106,3 +108,10 @@ def test_host_port(text, expected):
 def test_bad_host_port(text):
     with pytest.raises(ValueError):
         parse_host_port(text)
+
+
+def test_the_readme_lists_every_preset_value():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for preset, values in PRESETS.items():
+        for name, value in values.items():
+            assert f"`--{name}={value}`" in readme, (preset, name, value)
