@@ -2,8 +2,8 @@
 
 `curve.png` has four panels over frames: the episode return (each episode faint, the mean
 of the last 30 bold), the loss terms, the policy's entropy, and agent steps per second.
-The learner redraws it after every log row (`CurvePlotter`, in a background thread at the
-lowest CPU priority, so training never waits for it) and once more at the end.
+A watcher process redraws it after every log row (`CurvePlotter`: its own session at
+niceness 19, so it takes only CPU that training leaves) and the learner once more at the end.
 
   impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
   impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames
@@ -16,10 +16,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import threading
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+
+from impala.process import lower_priority
 
 log = logging.getLogger("curves")
 
@@ -124,43 +128,52 @@ def _save(figure, out: Path) -> Path:
     return out
 
 
-class CurvePlotter(threading.Thread):
-    """Redraws a run's curve.png when asked, in the background at niceness 19; a request
-    while a drawing is under way is merged into the next one."""
+def watch(run_dir: Path, parent_pid: int, poll_s: float = 1.0) -> None:
+    """Redraw `run_dir`'s curve.png whenever logs.csv changes, until `parent_pid` is gone."""
+    last_change = None
+    while os.getppid() == parent_pid:
+        try:
+            change = (run_dir / "logs.csv").stat().st_mtime_ns
+        except FileNotFoundError:
+            change = None
+        if change is not None and change != last_change:
+            last_change = change
+            try:
+                plot_run(run_dir)
+            except Exception as exc:  # noqa: BLE001 - a picture must never stop anything
+                log.warning("could not draw %s: %s", run_dir / CURVE_NAME, exc)
+        time.sleep(poll_s)
+
+
+class CurvePlotter:
+    """A watcher process that redraws curve.png after every log row, in a session of its
+    own at niceness 19: drawing costs ~0.5 s of CPU, which in the learner's process took
+    CPU and the GIL from training; this way it uses only CPU nobody else wants. `close`
+    stops it and draws the final picture in the caller, so that one is always complete."""
 
     def __init__(self, run_dir: Path) -> None:
-        super().__init__(name="curve-plotter", daemon=True)
         self.run_dir = run_dir
-        self._wanted = threading.Event()
-        self._closing = False
+        self.proc: subprocess.Popen | None = None
 
-    def request(self) -> None:
-        self._wanted.set()
-
-    def run(self) -> None:
-        try:  # Linux: niceness is per thread, so this lowers only this one
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except OSError:
-            pass
-        while True:
-            self._wanted.wait()
-            self._wanted.clear()
-            if self._closing:
-                return
-            self._draw()
-
-    def _draw(self) -> None:
-        try:
-            plot_run(self.run_dir)
-        except Exception as exc:  # noqa: BLE001 - a picture must never stop training
-            log.warning("could not draw %s: %s", self.run_dir / CURVE_NAME, exc)
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "impala.curves", "--watch", f"--parent={os.getpid()}",
+             str(self.run_dir)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
 
     def close(self) -> None:
-        """Stop the thread and draw the final picture (in the caller, so it is complete)."""
-        self._closing = True
-        self._wanted.set()
-        self.join(timeout=60)
-        self._draw()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            plot_run(self.run_dir)
+        except Exception as exc:  # noqa: BLE001 - a picture must never fail a run's end
+            log.warning("could not draw %s: %s", self.run_dir / CURVE_NAME, exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="impala-curves", description="Draw a run's curve.png, or overlay several runs.")
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories")
     parser.add_argument("--out", type=Path, help="overlay the runs into this PNG")
+    parser.add_argument("--watch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.watch:  # started by CurvePlotter
+        lower_priority(19)
+        watch(args.run_dirs[0], args.parent)
+        return 0
     missing = [str(d) for d in args.run_dirs if not (d / "logs.csv").exists()]
     if missing:
         parser.error(f"not a run directory (no logs.csv): {', '.join(missing)}")

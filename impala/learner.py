@@ -482,7 +482,6 @@ class Learner:
         }
         writers["logs"].write(row)
         writers["tensorboard"].write(row, self.counters.frames)
-        self.curve.request()
         if interval.last:
             log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
                                  run_start_frames))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +13,7 @@ import pytest
 
 from impala.curves import CurvePlotter, main, plot_run
 from impala.logs import EPISODE_COLUMNS, LOG_COLUMNS, CsvLog
+from tests.helpers import ROOT, pid_alive, wait_for
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -50,14 +54,36 @@ def test_no_rows_yet_draws_nothing(tmp_path):
     assert plot_run(tmp_path / "empty") is None
 
 
-def test_the_plotter_thread_draws_on_request_and_at_close(tmp_path):
+def test_the_watcher_redraws_after_a_new_row_and_the_close_draws_the_last(tmp_path):
     run_dir = fake_run(tmp_path / "run", rows=5, start_return=0)
     plotter = CurvePlotter(run_dir)
     plotter.start()
-    plotter.request()
-    plotter.close()
-    assert not plotter.is_alive()
+    try:
+        wait_for(lambda: (run_dir / "curve.png").exists(), 60, "the watcher's first picture")
+        first = (run_dir / "curve.png").stat().st_mtime_ns
+        with open(run_dir / "logs.csv", "a") as logs:  # a new row, as the learner writes it
+            logs.write("1100.0,60000,1000\n")
+        wait_for(lambda: (run_dir / "curve.png").stat().st_mtime_ns != first, 30,
+                 "a redraw after the new row")
+        # The watcher is a session of its own at the lowest priority.
+        assert os.getsid(plotter.proc.pid) == plotter.proc.pid
+        wait_for(lambda: os.getpriority(os.PRIO_PROCESS, plotter.proc.pid) == 19, 30,
+                 "niceness 19")
+    finally:
+        plotter.close()
+    assert plotter.proc.poll() is not None
     png_size(run_dir / "curve.png")
+    assert not list(run_dir.glob("*.tmp.png"))
+
+
+def test_the_watcher_does_not_outlive_its_learner(tmp_path):
+    run_dir = fake_run(tmp_path / "run", rows=3, start_return=0)
+    parent = ("import sys; from pathlib import Path; from impala.curves import CurvePlotter; "
+              "p = CurvePlotter(Path(sys.argv[1])); p.start(); print(p.proc.pid)")
+    out = subprocess.run([sys.executable, "-c", parent, str(run_dir)], capture_output=True,
+                         text=True, timeout=60, check=True, cwd=ROOT)
+    watcher = int(out.stdout)
+    wait_for(lambda: not pid_alive(watcher), 30, "the orphaned watcher to exit")
 
 
 def test_runs_are_overlaid_by_the_command(tmp_path, capsys):

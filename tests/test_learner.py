@@ -52,7 +52,7 @@ def test_openmp_threads_sleep_rather_than_spin_unless_the_user_says_otherwise():
 def test_an_actor_started_niced_still_lowers_its_sessions_group():
     """An actor under `nice -n 15` in a new session: its group started at 0 and must be
     set too (it was skipped because the process was niced enough already)."""
-    probe = ("import os; from pathlib import Path; from impala.actor import lower_priority; "
+    probe = ("import os; from pathlib import Path; from impala.process import lower_priority; "
              "lower_priority(10); print(os.getpriority(os.PRIO_PROCESS, 0), "
              "Path('/proc/self/autogroup').read_text().split('nice')[-1].strip())")
     if not Path("/proc/self/autogroup").exists():
