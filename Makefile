@@ -4,11 +4,13 @@ PY     := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
 
 # The default local run: Pong, one learner and local actor processes (see README "Speed").
+# AGENT, NUM_ENVS and FRAMES are passed only when set, so the level's preset fills them in
+# (README "Presets"): `make train LEVEL=CartPole-v1` gets MLPAgent and 300K frames.
 LEVEL      ?= PongNoFrameskip-v4
-AGENT      ?= SimpleConvNetAgent
+AGENT      ?=
 NUM_ACTORS ?= 2
-NUM_ENVS   ?= 8
-FRAMES     ?= 200000000
+NUM_ENVS   ?=
+FRAMES     ?=
 TRAIN_FLAGS ?=
 
 .PHONY: setup train test test-fast lint bench clean-runs
@@ -17,9 +19,9 @@ setup:
 	bash scripts/setup.sh
 
 train: setup
-	$(PY) experiment.py --job_name=local --level_name=$(LEVEL) --agent_name=$(AGENT) \
-	  --num_actors=$(NUM_ACTORS) --num_envs=$(NUM_ENVS) \
-	  --total_environment_frames=$(FRAMES) $(TRAIN_FLAGS)
+	$(PY) experiment.py --job_name=local --level_name=$(LEVEL) --num_actors=$(NUM_ACTORS) \
+	  $(if $(AGENT),--agent_name=$(AGENT)) $(if $(NUM_ENVS),--num_envs=$(NUM_ENVS)) \
+	  $(if $(FRAMES),--total_environment_frames=$(FRAMES)) $(TRAIN_FLAGS)
 
 # Everything: unit, integration and end-to-end (learning, mpirun, tmux, sshd in netns).
 test: setup

@@ -24,9 +24,11 @@ import torch
 
 class RMSpropTF(torch.optim.Optimizer):
     """TensorFlow 1's RMSProp (see the module docstring); a drop-in torch optimizer, so
-    Horovod's DistributedOptimizer can wrap it and checkpoints hold its state."""
+    Horovod's DistributedOptimizer can wrap it and checkpoints hold its state. Every
+    argument has a default because Horovod re-creates the optimizer from its param groups
+    alone (`cls(optimizer.param_groups)`), each group carrying its own settings."""
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, decay: float = 0.99,
+    def __init__(self, params: Iterable[torch.Tensor], lr: float = 0.0006, decay: float = 0.99,
                  momentum: float = 0.0, epsilon: float = 0.01) -> None:
         if lr < 0 or not 0 <= decay < 1 or momentum < 0 or epsilon <= 0:
             raise ValueError(f"RMSpropTF: bad settings lr={lr}, decay={decay}, "

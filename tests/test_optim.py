@@ -63,3 +63,12 @@ def test_state_round_trips_through_a_state_dict():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="epsilon=0"):
         RMSpropTF([torch.nn.Parameter(torch.ones(1))], lr=0.1, epsilon=0)
+
+
+def test_it_can_be_rebuilt_from_its_param_groups_as_horovod_does():
+    """hvd.DistributedOptimizer calls the class with the param groups only; each group keeps
+    its own settings (a required argument made every multi-learner run die at start)."""
+    param = torch.nn.Parameter(torch.ones(3))
+    original = RMSpropTF([param], lr=0.123, decay=0.5, epsilon=0.2)
+    rebuilt = RMSpropTF(original.param_groups)
+    assert rebuilt.param_groups[0]["lr"] == 0.123 and rebuilt.param_groups[0]["decay"] == 0.5
