@@ -398,14 +398,16 @@ class Learner:
             stats = self._update(batch, interval, writers["episodes"])
             batches.release(batch)
             self._accumulate(interval, control, stats)
-            if control[LOG_NOW] > 0:
+            # The frame count is global, so every rank finishes on the same update; its last
+            # row is written once even when rank 0's log tick falls on it too.
+            finished = self.counters.frames >= cfg.total_environment_frames
+            if control[LOG_NOW] > 0 or finished:
                 self._write_logs(interval, receiver, batches, writers, run_start, run_start_frames)
                 interval = IntervalStats(start_frames=self.counters.frames)
             if control[CHECKPOINT_NOW] > 0:
                 self.save_checkpoint()
                 last_checkpoint = time.time()
-            if self.counters.frames >= cfg.total_environment_frames:
-                self._write_logs(interval, receiver, batches, writers, run_start, run_start_frames)
+            if finished:
                 log.info("reached %d frames: done", self.counters.frames)
                 return "finished"
 

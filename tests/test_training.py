@@ -55,6 +55,7 @@ def test_cartpole_is_learned_within_the_frame_budget_with_the_defaults(tmp_path)
     assert all(dtype.kind in "if" for dtype in numeric.dtypes), numeric.dtypes
     assert logs["mean_episode_return"].dropna().dtype.kind == "f"
     assert logs["frames"].iloc[-1] >= PRESETS["classic"]["total_environment_frames"]
+    assert logs["updates"].is_unique  # the last row once, even when a log tick falls on it
     assert logs["learning_rate"].iloc[-1] < PRESETS["classic"]["learning_rate"] * 0.05
     assert logs["policy_lag"].median() < 5  # flow control keeps actors close to the learner
     assert list(run_dir.glob("events.out.tfevents.*"))
