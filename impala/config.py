@@ -29,8 +29,8 @@ def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> An
 # flags a user does not set. `image` environments share Atari's.
 PRESETS: dict[str, dict[str, Any]] = {
     # Four times the paper's updates per frame and A2C-sized steps: with the paper's values a
-    # normalised step moves each weight ~12x less per frame than A2C's, which learns Pong
-    # (sandbox/pong_curve.md "Why Pong was not learned").
+    # normalised step moves each weight 12-31x less per frame than A2C's. Pong was still not
+    # learned in 10M frames with these (sandbox/pong_curve.md: what to try next).
     "atari": {
         "batch_size": 8,
         "learning_rate": 0.001,

@@ -32,7 +32,7 @@ RETURN_WINDOW = 30  # episodes in the bold running mean
 
 
 def _figure(rows: int, cols: int, size: tuple[float, float]):
-    # The object API with an Agg canvas: no pyplot state, safe in a background thread.
+    # The object API with an Agg canvas: no pyplot state and no display needed.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
