@@ -128,6 +128,14 @@ def _save(figure, out: Path) -> Path:
     return out
 
 
+def draw(run_dir: Path) -> None:
+    """plot_run that only warns when it fails: a picture must never stop training."""
+    try:
+        plot_run(run_dir)
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong, training goes on
+        log.warning("could not draw %s: %s", run_dir / CURVE_NAME, exc)
+
+
 def watch(run_dir: Path, parent_pid: int, poll_s: float = 1.0) -> None:
     """Redraw `run_dir`'s curve.png whenever logs.csv changes, until `parent_pid` is gone."""
     last_change = None
@@ -138,10 +146,7 @@ def watch(run_dir: Path, parent_pid: int, poll_s: float = 1.0) -> None:
             change = None
         if change is not None and change != last_change:
             last_change = change
-            try:
-                plot_run(run_dir)
-            except Exception as exc:  # noqa: BLE001 - a picture must never stop anything
-                log.warning("could not draw %s: %s", run_dir / CURVE_NAME, exc)
+            draw(run_dir)
         time.sleep(poll_s)
 
 
@@ -170,10 +175,7 @@ class CurvePlotter:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        try:
-            plot_run(self.run_dir)
-        except Exception as exc:  # noqa: BLE001 - a picture must never fail a run's end
-            log.warning("could not draw %s: %s", self.run_dir / CURVE_NAME, exc)
+        draw(self.run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,8 +30,6 @@ from impala import testenvs
 FRAME_STACK = 4
 NOOP_MAX = 30
 
-FAMILIES = ("atari", "image", "classic")
-
 _ale_registered = False
 
 
