@@ -155,6 +155,11 @@ def _started_actor_pids(log_text: str, task: int) -> list[int]:
     return [int(p) for p in re.findall(rf"started actor {task} \(pid (\d+)\)", log_text)]
 
 
+def _weights_lines(actor_log: Path) -> int:
+    """How many times an actor process writing this log received its first weights."""
+    return actor_log.read_text().count("got weights version") if actor_log.exists() else 0
+
+
 def _niceness(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
@@ -175,6 +180,9 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
     learner_log = run_dir / "learner-0.log"
     try:
         wait_for(lambda: last_value(run_dir / "logs.csv", "updates") > 0, 60, "first updates")
+        # With the classic preset one actor fills a batch alone: updates do not mean actor 0
+        # has its weights yet, and killing it before would leave one line where we count two.
+        wait_for(lambda: _weights_lines(run_dir / "actor-0.log") == 1, 60, "actor 0's weights")
         first_pid = _started_actor_pids(learner_log.read_text(), 0)[0]
         actor1 = _started_actor_pids(learner_log.read_text(), 1)[0]
         # Actors yield the CPU to their learner, in their own session's group as well.
@@ -188,8 +196,8 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
         wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > frames_then + 50_000, 60,
                  "training to go on")
         # The restarted actor rejoins: it gets weights from the learner (the log appends).
-        wait_for(lambda: (run_dir / "actor-0.log").read_text().count("got weights version")
-                 == 2, 30, "the restarted actor to get weights")
+        wait_for(lambda: _weights_lines(run_dir / "actor-0.log") == 2, 30,
+                 "the restarted actor to get weights")
         assert proc.poll() is None and pid_alive(new_pids[0]) and pid_alive(actor1)
     finally:
         assert stop(proc) == 0
