@@ -18,6 +18,7 @@ from torch import nn
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = "impala-mlma/1"
 IDENTITY_FLAGS = ("agent_name", "level_name", "width", "height")
+COUNTERS = ("frames", "updates", "version")
 
 
 class CheckpointError(RuntimeError):
@@ -26,6 +27,10 @@ class CheckpointError(RuntimeError):
 
 def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None,
          counters: dict[str, int], flags: dict[str, Any]) -> None:
+    """Write atomically; refuses (CheckpointError) to replace a checkpoint with NaN weights."""
+    bad = _non_finite(model.state_dict())
+    if bad:
+        raise CheckpointError(f"not saving {path}: non-finite values in {', '.join(bad[:5])}")
     state = {
         "format": FORMAT,
         "model": model.state_dict(),
@@ -52,7 +57,8 @@ def load(path: Path, flags: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint of this toolkit (format "
                               f"{state.get('format') if isinstance(state, dict) else None!r})")
-    saved = state.get("flags", {})
+    _check_structure(state, path)
+    saved = state["flags"]
     mismatched = [f"{name}: checkpoint has {saved.get(name)!r}, this run {flags.get(name)!r}"
                   for name in IDENTITY_FLAGS if saved.get(name) != flags.get(name)]
     if mismatched:
@@ -67,3 +73,43 @@ def restore_model(model: nn.Module, state: dict[str, Any], path: Path) -> None:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path}: model weights do not fit this agent: {exc}") from None
+
+
+def _check_structure(state: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose parts have the wrong types or hold NaN/inf tensors."""
+    problems = []
+    model = state.get("model")
+    if not isinstance(model, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
+        problems.append("'model' must map names to tensors")
+    optimizer = state.get("optimizer")
+    if optimizer is not None and not (isinstance(optimizer, dict)
+                                      and isinstance(optimizer.get("state"), dict)
+                                      and isinstance(optimizer.get("param_groups"), list)):
+        problems.append("'optimizer' must be an optimizer state dict or None")
+    counters = state.get("counters")
+    if not (isinstance(counters, dict) and set(counters) == set(COUNTERS)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                    for v in counters.values())):
+        problems.append(f"'counters' must hold the integers {', '.join(COUNTERS)} (>= 0)")
+    if not isinstance(state.get("flags"), dict):
+        problems.append("'flags' must be a dict")
+    if problems:
+        raise CheckpointError(f"{path} is damaged: {'; '.join(problems)}; move it away to "
+                              "start afresh")
+    bad = _non_finite(model)
+    if isinstance(optimizer, dict):
+        bad += _non_finite({f"optimizer {i}.{name}": value
+                            for i, entry in optimizer["state"].items() if isinstance(entry, dict)
+                            for name, value in entry.items()})
+    if bad:
+        raise CheckpointError(f"{path} holds NaN or infinite values in {', '.join(bad[:5])}"
+                              f"{' ...' if len(bad) > 5 else ''}; resume from an earlier "
+                              "copy or move it away to start afresh")
+
+
+def _non_finite(tensors: dict[Any, Any]) -> list[str]:
+    """Names of the floating-point tensors that hold a NaN or an infinity."""
+    return [str(name) for name, t in tensors.items()
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+            and not bool(torch.isfinite(t).all())]

@@ -7,12 +7,14 @@ Three backends with one interface, chosen by `--allreduce_backend`:
 A learner started outside mpirun (no rank variables) is a single learner whatever the flag.
 
 Every update: average gradients across ranks, clip the *averaged* gradient by global
-norm, step. Nothing here is ever unpickled: counters travel as tensors.
+norm, step; when that norm is not finite, every rank skips the step (they all computed it
+from the same averaged gradients). Nothing here is ever unpickled: counters travel as tensors.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import os
 
 import numpy as np
@@ -29,9 +31,17 @@ def launched_by_mpi() -> bool:
 
 
 def clip_and_norm(model: nn.Module, max_norm: float) -> float:
-    """Clip gradients to `max_norm` global norm (<= 0: no clipping); return the norm before."""
-    limit = max_norm if max_norm > 0 else float("inf")
-    return float(nn.utils.clip_grad_norm_(model.parameters(), limit))
+    """The gradients' global norm; clip them to `max_norm` (<= 0: no clipping).
+
+    A non-finite norm leaves the gradients alone: the caller skips that update. After the
+    allreduce every rank computes this from the same averaged gradients, so all skip it.
+    """
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    total = nn.utils.get_total_norm(grads)
+    norm = float(total)
+    if max_norm > 0 and math.isfinite(norm):
+        nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, total)
+    return norm
 
 
 def parameter_checksum(model: nn.Module) -> float:
@@ -53,7 +63,8 @@ class SingleLearner:
     def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                         max_norm: float) -> float:
         norm = clip_and_norm(model, max_norm)
-        optimizer.step()
+        if math.isfinite(norm):
+            optimizer.step()
         return norm
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
@@ -90,8 +101,9 @@ class HorovodBackend:
                         max_norm: float) -> float:
         optimizer.synchronize()  # wait for the averaged gradients...
         norm = clip_and_norm(model, max_norm)  # ...so the clip sees the global gradient
-        with optimizer.skip_synchronize():
-            optimizer.step()
+        if math.isfinite(norm):
+            with optimizer.skip_synchronize():
+                optimizer.step()
         return norm
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
@@ -150,7 +162,8 @@ class TorchDistributedBackend:
             g.copy_(flat[offset: offset + g.numel()].view_as(g))
             offset += g.numel()
         norm = clip_and_norm(model, max_norm)
-        optimizer.step()
+        if math.isfinite(norm):
+            optimizer.step()
         return norm
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:

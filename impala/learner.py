@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import threading
 import time
@@ -40,10 +41,12 @@ from impala.losses import LossSettings, impala_loss
 from impala.nets import Agent, create_agent
 from impala.optim import RMSpropTF
 from impala.rollout import (
+    MAX_COUNTER,
     Batch,
     BatchQueue,
     UnrollLayout,
     batch_to_device,
+    check_unroll_values,
     core_shapes_of,
     parse_stream_meta,
     parse_unroll_meta,
@@ -56,6 +59,7 @@ from impala.transport import (
     WireError,
     decode,
     encode,
+    meta_int,
 )
 
 log = logging.getLogger("learner")
@@ -99,6 +103,16 @@ def weights_arrays(model: nn.Module) -> dict[str, np.ndarray]:
             for name, t in model.state_dict().items()}
 
 
+def finite_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    """`weights_arrays`, refusing to hand NaN or infinite weights to any actor."""
+    arrays = weights_arrays(model)
+    bad = [name for name, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
+    if bad:
+        raise FloatingPointError(f"parameters became non-finite ({', '.join(bad[:5])}); "
+                                 "not publishing them")
+    return arrays
+
+
 class UnrollReceiver(threading.Thread):
     """Socket thread: unrolls into the BatchQueue, weight requests answered from `publish`."""
 
@@ -126,6 +140,7 @@ class UnrollReceiver(threading.Thread):
         self._restart_requested: set[bytes] = set()  # peers told to start their streams again
         self._weights: tuple[int, dict[str, np.ndarray], list[Any]] | None = None
         self._lock = threading.Lock()
+        self.error: str | None = None  # why `run` ended, if it ended by itself
 
     def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
         frames = encode("weights", self.learner_name, arrays, version=version)
@@ -133,23 +148,34 @@ class UnrollReceiver(threading.Thread):
             self._weights = (version, arrays, frames)
 
     def run(self) -> None:
-        while not self.stop_event.is_set():
-            received = self.sock.receive(timeout_ms=100)
-            if received is None:
-                continue
-            identity, frames = received
-            try:
-                message = decode(frames, self.schemas, self.max_bytes)
-                if message.kind == "weights_request":
-                    self._answer_weights_request(identity, message.meta)
-                else:
-                    self.unroll_bytes += sum(len(frame) for frame in frames)
-                    self._take_unroll(identity, message)
-            except WireError as exc:
-                self.drops.drop(_peer_label(identity, frames), str(exc))
+        """Serve until stopped. A message that fails in any way is a counted drop; if the
+        loop itself fails (the socket, a bug), `error` says why and the learner exits."""
+        try:
+            while not self.stop_event.is_set():
+                received = self.sock.receive(timeout_ms=100)
+                if received is not None:
+                    self._handle(*received)
+        except BaseException as exc:  # noqa: BLE001 - reported through `error` and the log
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("the unroll receiver stopped")
+
+    def _handle(self, identity: bytes, frames: list[Any]) -> None:
+        try:
+            message = decode(frames, self.schemas, self.max_bytes)
+            if message.kind == "weights_request":
+                self._answer_weights_request(identity, message.meta)
+            else:
+                self.unroll_bytes += sum(len(frame) for frame in frames)
+                self._take_unroll(identity, message)
+        except WireError as exc:
+            self.drops.drop(_peer_label(identity, frames), str(exc))
+        except Exception as exc:  # noqa: BLE001 - whatever a message makes raise, it is dropped
+            self.drops.drop(_peer_label(identity, frames),
+                            f"unexpected {type(exc).__name__}: {exc}")
 
     def _take_unroll(self, identity: bytes, message: Message) -> None:
         version, episodes = parse_unroll_meta(message, max_episodes=self.layout.unroll_length + 1)
+        check_unroll_values(message.arrays, self.layout.num_actions)
         stream_key = None
         if self.streams is not None:
             stream, seq = parse_stream_meta(message)
@@ -183,9 +209,7 @@ class UnrollReceiver(threading.Thread):
                      self.stream_restarts)
 
     def _answer_weights_request(self, identity: bytes, meta: dict[str, Any]) -> None:
-        have = meta.get("version")
-        if not isinstance(have, int) or isinstance(have, bool):
-            raise WireError("weights_request meta.version must be an integer")
+        have = meta_int(meta, "version", -1, MAX_COUNTER)
         with self._lock:
             current = self._weights
         restart = {}
@@ -200,6 +224,10 @@ class UnrollReceiver(threading.Thread):
                                             version=current[0], **restart))
         else:
             self.sock.send(identity, current[2])
+
+
+class ReceiverStopped(RuntimeError):
+    """The socket thread ended while the learner was running."""
 
 
 def _peer_label(identity: bytes, frames: list[Any]) -> str:
@@ -222,11 +250,16 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
         rewards=batch["reward"], done=batch["done"], settings=settings,
     )
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
-    stats.total_loss.backward()
+    # A non-finite loss on this rank must stop the update on every rank: times NaN, every
+    # gradient is NaN, so the averaged gradient's norm is NaN everywhere and all ranks skip
+    # the step (no host sync here; the allreduce starts inside backward()).
+    loss = stats.total_loss
+    loss = loss * torch.where(torch.isfinite(loss), 1.0, float("nan"))
+    loss.backward()
     grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
     return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
             "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
-            "grad_norm": grad_norm}
+            "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm))}
 
 
 @dataclass
@@ -292,6 +325,7 @@ class Learner:
         optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
+        self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.optimizer = backend.prepare(self.model, optimizer)
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
@@ -306,7 +340,12 @@ class Learner:
             state = checkpoint.load(self.checkpoint_path, self.cfg.to_dict())
             checkpoint.restore_model(self.model, state, self.checkpoint_path)
             if state.get("optimizer"):
-                optimizer.load_state_dict(state["optimizer"])
+                try:
+                    optimizer.load_state_dict(state["optimizer"])
+                except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+                    raise checkpoint.CheckpointError(
+                        f"{self.checkpoint_path}: optimizer state does not fit this agent "
+                        f"({exc})") from None
             counters = Counters(**state["counters"])
             log.info("resumed from %s at %d frames, %d updates", self.checkpoint_path,
                      counters.frames, counters.updates)
@@ -332,7 +371,7 @@ class Learner:
         batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity)
         receiver = self.receiver = UnrollReceiver(sock, self.layout, batches, max_bytes,
                                                   name=f"learner-{self.rank}")
-        receiver.publish(self.counters.version, weights_arrays(self.model))
+        receiver.publish(self.counters.version, finite_weights(self.model))
         receiver.start()
         log.info("learner %d/%d listening on %s (%s, %s, batch %d x T=%d)", self.rank,
                  self.backend.size, sock.address, cfg.agent_name, cfg.level_name,
@@ -348,7 +387,8 @@ class Learner:
             receiver.stop_event.set()
             receiver.join(timeout=5)
             sock.close()
-            self.save_checkpoint()
+            if status != "error":  # an error exit keeps the last good checkpoint
+                self.save_checkpoint()
             for writer in writers.values():
                 writer.close()
             if self.is_chief:
@@ -377,6 +417,8 @@ class Learner:
         last_checkpoint = time.time()
         waiting_since = time.time()
         while True:
+            if not receiver.is_alive():  # never a live learner that no longer trains
+                raise ReceiverStopped(f"the unroll receiver thread ended: {receiver.error}")
             batch = None if self.stop_requested.is_set() else batches.get(timeout=1.0)
             if batch is None and not self.stop_requested.is_set():
                 if time.time() - waiting_since > 30:
@@ -454,8 +496,13 @@ class Learner:
         interval.return_sum += control[RETURN_SUM]
         interval.length_sum += control[LENGTH_SUM]
         interval.episodes += control[EPISODES]
+        if stats.pop("skipped"):
+            self.skipped_updates += 1
+            log.warning("update %d skipped: non-finite loss or gradient (grad norm %s); "
+                        "%d skipped so far", self.counters.updates, stats["grad_norm"],
+                        self.skipped_updates)
         interval.last = stats
-        self.receiver.publish(self.counters.version, weights_arrays(self.model))
+        self.receiver.publish(self.counters.version, finite_weights(self.model))
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
                     writers: dict[str, Any], run_start: float, run_start_frames: int) -> None:
@@ -481,6 +528,7 @@ class Learner:
             "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
             "queue_depth": batches.depth(), "dropped_messages": receiver.drops.total,
             "unroll_bytes": receiver.unroll_bytes, "stream_restarts": receiver.stream_restarts,
+            "skipped_updates": self.skipped_updates,
         }
         writers["logs"].write(row)
         writers["tensorboard"].write(row, self.counters.frames)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from impala.framestack import rebuild_stacks
-from impala.transport import FieldSpec, Message, WireError
+from impala.transport import FieldSpec, Message, WireError, meta_int
 
 # Fields that exist only on the wire: the learner rebuilds `observation` from them.
 WIRE_ONLY_FIELDS = ("frames", "episode_start")
@@ -82,33 +82,61 @@ class EpisodeStats:
     lengths: list[int]
 
 
+# Sane ranges for what an unroll's meta may carry: a policy version and a stream's sequence
+# number stay exact as float64; an episode's length and |return| stay far from overflow.
+MAX_COUNTER = (1 << 53) - 1
+MAX_EPISODE_LENGTH = (1 << 31) - 1
+MAX_ABS_RETURN = 1e12
+MAX_STREAMS_PER_ACTOR = 1 << 16
+
+
 def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, EpisodeStats]:
     """(policy_version, finished-episode statistics) from an unroll's meta, validated."""
     meta = message.meta
-    version = meta.get("policy_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise WireError("meta.policy_version must be an integer >= 0")
+    version = meta_int(meta, "policy_version", 0, MAX_COUNTER)
     returns = meta.get("episode_returns", [])
     lengths = meta.get("episode_lengths", [])
     if not (isinstance(returns, list) and isinstance(lengths, list)
             and len(returns) == len(lengths) <= max_episodes
-            and all(isinstance(r, int | float) and not isinstance(r, bool) and np.isfinite(r)
-                    for r in returns)
-            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)):
-        raise WireError("meta.episode_returns/episode_lengths must be equal-length number lists")
+            and all(_is_sane_return(r) for r in returns)
+            and all(isinstance(n, int) and not isinstance(n, bool)
+                    and 0 <= n <= MAX_EPISODE_LENGTH for n in lengths)):
+        raise WireError("meta.episode_returns/episode_lengths must be equal-length lists of "
+                        f"at most {max_episodes} returns (|r| <= {MAX_ABS_RETURN:g}) and "
+                        f"lengths (0..{MAX_EPISODE_LENGTH})")
     return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths])
 
 
-MAX_STREAMS_PER_ACTOR = 1 << 16
+def _is_sane_return(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    # Compared before any float conversion: float() of a 400-digit integer overflows.
+    return -MAX_ABS_RETURN <= value <= MAX_ABS_RETURN
 
 
 def parse_stream_meta(message: Message) -> tuple[int, int]:
     """(stream, seq) of a frame-stacked unroll: which env of its actor, which unroll of it."""
-    stream, seq = message.meta.get("stream"), message.meta.get("seq")
-    for name, value, limit in (("stream", stream, MAX_STREAMS_PER_ACTOR), ("seq", seq, 1 << 53)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
-            raise WireError(f"meta.{name} must be an integer in [0, {limit})")
-    return stream, seq
+    return (meta_int(message.meta, "stream", 0, MAX_STREAMS_PER_ACTOR - 1),
+            meta_int(message.meta, "seq", 0, MAX_COUNTER))
+
+
+def check_unroll_values(arrays: dict[str, np.ndarray], num_actions: int) -> None:
+    """Refuse values no environment or agent produces (WireError naming the field).
+
+    The decoder has checked names, dtypes and shapes; these are the values the learner
+    would index with (actions), do arithmetic on (floats) or branch on (flags). A NaN
+    reward or an action out of range would crash or poison an update.
+    """
+    for name in ("action", "last_action"):
+        values = arrays[name]
+        if values.min() < 0 or values.max() >= num_actions:
+            raise WireError(f"field {name!r}: values must lie in [0, {num_actions}), got "
+                            f"[{values.min()}, {values.max()}]")
+    for name, values in arrays.items():
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            raise WireError(f"field {name!r}: NaN or infinite values")
+        if values.dtype == np.bool_ and values.view(np.uint8).max(initial=0) > 1:
+            raise WireError(f"field {name!r}: booleans must be bytes 0 or 1")
 
 
 class Batch:

@@ -32,7 +32,12 @@ import zmq
 FORMAT_VERSION = 1
 KINDS = ("unroll", "unroll_continued", "weights_request", "weights", "no_update")
 ALLOWED_DTYPES = ("uint8", "int32", "int64", "float32", "bool")
-MAX_HEADER_BYTES = 1 << 20
+# A real header is under 4 KiB (an unroll's lists its ~10 arrays, weights' their tensors).
+MAX_HEADER_BYTES = 64 << 10
+# Headers are flat apart from `fields`; deeper nesting is refused before anything reads it.
+MAX_HEADER_DEPTH = 6
+# Reasons quote sender-chosen text: each is cut to this length in the drop log.
+MAX_REASON_CHARS = 200
 
 
 class WireError(ValueError):
@@ -123,8 +128,14 @@ def _parse_header(raw: bytes) -> dict[str, Any]:
         raise WireError(f"header of {len(raw)} bytes is too large")
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except UnicodeDecodeError:
         raise WireError("header is not JSON") from None
+    except RecursionError:  # json recurses once per level of nesting
+        raise WireError(f"header nested deeper than {MAX_HEADER_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer with thousands of digits
+        raise WireError(f"header is not JSON ({str(exc)[:80]})") from None
+    if _depth(header) > MAX_HEADER_DEPTH:
+        raise WireError(f"header nested deeper than {MAX_HEADER_DEPTH} levels")
     if not isinstance(header, dict):
         raise WireError("header is not a JSON object")
     if header.get("format") != FORMAT_VERSION:
@@ -145,6 +156,30 @@ def _parse_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON (a scalar is 0), walked without recursion and given up
+    as soon as it passes MAX_HEADER_DEPTH."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            if deepest > MAX_HEADER_DEPTH:
+                break
+            pending.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def meta_int(meta: dict[str, Any], name: str, low: int, high: int, default: Any = None) -> int:
+    """`meta[name]` as an integer in [low, high]; WireError naming the field otherwise."""
+    value = meta.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise WireError(f"meta.{name} must be an integer in [{low}, {high}]")
+    return value
+
+
 def _is_field_entry(entry: Any) -> bool:
     return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
             and isinstance(entry[1], str) and isinstance(entry[2], list)
@@ -157,7 +192,7 @@ class DropLog:
     of it, so a flood of bad messages cannot flood the log. Reasons carry sender-chosen
     text, so at most MAX_REASONS are told apart; later ones are counted together."""
 
-    MAX_REASONS = 1000
+    MAX_REASONS = 100
     OTHER = "other reasons (too many distinct ones to list)"
 
     def __init__(self, log=print, every: int = 100) -> None:
@@ -170,6 +205,7 @@ class DropLog:
         return sum(self.counts.values())
 
     def drop(self, sender: str, reason: str) -> None:
+        reason = reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS] + "..."
         key = reason if reason in self.counts or len(self.counts) < self.MAX_REASONS \
             else self.OTHER
         self.counts[key] += 1

@@ -67,3 +67,45 @@ def test_a_foreign_pickle_is_not_executed(tmp_path):
     torch.save({"format": "impala-mlma/1", "x": Evil()}, path)
     with pytest.raises(checkpoint.CheckpointError):
         checkpoint.load(path, Config().to_dict())
+
+
+def rewrite(path, change) -> None:
+    """Load a checkpoint as data, apply `change` to it, save it back."""
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(state, path)
+
+
+def first_weight(state) -> torch.Tensor:
+    return next(iter(state["model"].values()))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: first_weight(s).view(-1).__setitem__(0, float("nan")), "NaN or infinite"),
+    (lambda s: first_weight(s).view(-1).__setitem__(0, float("inf")), "NaN or infinite"),
+    (lambda s: next(iter(s["optimizer"]["state"].values()))["square_avg"].fill_(float("nan")),
+     "NaN or infinite values in optimizer"),
+    (lambda s: s.pop("counters"), "'counters' must hold"),
+    (lambda s: s["counters"].update(frames="1000"), "'counters' must hold"),
+    (lambda s: s["counters"].update(frames=-1), "'counters' must hold"),
+    (lambda s: s.update(model=[1, 2]), "'model' must map names to tensors"),
+    (lambda s: s.update(optimizer="adam"), "'optimizer' must be"),
+    (lambda s: s.update(flags=None), "'flags' must be a dict"),
+])
+def test_a_damaged_or_poisoned_checkpoint_is_refused_with_a_reason(tmp_path, change, message):
+    cfg, _, path = make(tmp_path)
+    rewrite(path, change)
+    with pytest.raises(checkpoint.CheckpointError, match=message) as refused:
+        checkpoint.load(path, cfg.to_dict())
+    assert str(path) in str(refused.value)
+
+
+def test_non_finite_weights_are_never_saved_over_a_good_checkpoint(tmp_path):
+    cfg, model, path = make(tmp_path)
+    good = path.read_bytes()
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("nan")
+    with pytest.raises(checkpoint.CheckpointError, match="not saving"):
+        checkpoint.save(path, model, None, {"frames": 2000, "updates": 9, "version": 9},
+                        cfg.to_dict())
+    assert path.read_bytes() == good

@@ -201,3 +201,50 @@ def test_a_dead_rank_does_not_hang_the_others(tmp_path):
     state = checkpoint.load(run_dir / "checkpoint.pt", Config(
         level_name="CartPole-v1", agent_name="MLPAgent").to_dict())
     assert state["counters"]["frames"] > 0
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_on_one_rank_skips_that_update_on_both(tmp_path):
+    """A finite but huge reward sent to rank 1 only (no clipping) makes its loss infinite:
+    both ranks skip that update together, stay in sync, and nothing NaN is published."""
+    import numpy as np
+    import zmq
+
+    from tests.test_hostile import good_arrays, unroll
+
+    cluster = Cluster(tmp_path, "horovod", 100_000_000,
+                      ["--reward_clipping=none", "--checkpoint_interval_s=1"])
+    cluster.start()
+    run_dir = cluster.run_dir
+    try:
+        wait_for(lambda: last_value(run_dir / "learner-1.csv", "updates") > 5, 90, "training")
+        arrays = good_arrays()
+        arrays["reward"][5] = 3e38  # finite on the wire; squared in the baseline loss it is not
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 5000)
+        sock.connect(f"tcp://127.0.0.1:{cluster.ports[1]}")
+        sock.send_multipart(unroll(arrays))
+        sock.close()
+        wait_for(lambda: last_value(run_dir / "logs.csv", "skipped_updates") >= 1, 60,
+                 "the update to be skipped")
+        updates_then = last_value(run_dir / "learner-1.csv", "updates")
+        wait_for(lambda: last_value(run_dir / "learner-1.csv", "updates") > updates_then + 10,
+                 60, "training to go on")
+        assert cluster.mpirun.poll() is None
+        for rank in (0, 1):
+            assert "skipped: non-finite loss or gradient" in (
+                run_dir / f"learner-{rank}.log").read_text()
+    finally:
+        import signal
+
+        cluster.mpirun.send_signal(signal.SIGUSR1)  # mpirun forwards it to every rank
+        code = cluster.wait(timeout=120)
+    assert code == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    merged = assert_ranks_in_sync(run_dir)
+    assert np.isfinite(merged["param_checksum_0"].astype(float)).all()
+    from impala import checkpoint
+    from impala.config import Config
+
+    state = checkpoint.load(run_dir / "checkpoint.pt", Config(
+        level_name="CartPole-v1", agent_name="MLPAgent").to_dict())  # finite, or refused
+    assert state["counters"]["updates"] > updates_then

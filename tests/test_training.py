@@ -274,3 +274,26 @@ def test_a_checkpoint_of_another_game_is_refused_before_training(tmp_path):
                   f"--learner_host=127.0.0.1:{free_port()}"], timeout=60)
     assert result.returncode == 2
     assert "is corrupt or not a checkpoint" in result.stderr
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_before_training(tmp_path):
+    import torch
+
+    from impala import checkpoint
+    from impala.config import Config
+    from impala.nets import create_agent
+
+    run_dir = tmp_path / "shared"
+    run_dir.mkdir()
+    model = create_agent("MLPAgent", (4,), 2)
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent")
+    checkpoint.save(run_dir / "checkpoint.pt", model, None,
+                    {"frames": 10, "updates": 1, "version": 1}, cfg.to_dict())
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    next(iter(state["model"].values())).fill_(float("nan"))
+    torch.save(state, run_dir / "checkpoint.pt")
+    result = run(["--job_name=learner", "--level_name=CartPole-v1", "--agent_name=MLPAgent",
+                  f"--logdir={tmp_path}", "--run_name=shared",
+                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=60)
+    assert result.returncode == 2
+    assert "NaN or infinite values" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,305 @@
+"""Hostile input to a learner: messages that parse but carry values no actor sends.
+
+Each class of hostile value is sent to a real receiver on a real ZeroMQ socket, followed by
+a good unroll: the hostile one must be counted as a drop and never reach a batch, and the
+receiver must go on. A fuzz run sends >= 10,000 malformed and hostile messages to a real
+learner with a real actor and checks each one is counted while training goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from impala.config import Config
+from impala.distributed import SingleLearner
+from impala.learner import Learner, ReceiverStopped, learn_step
+from impala.losses import LossSettings
+from impala.nets import create_agent
+from impala.optim import RMSpropTF
+from impala.rollout import BatchQueue, UnrollLayout
+from impala.transport import encode
+from tests.helpers import CARTPOLE_FLAGS, free_port, last_value, start, stop, wait_for
+from tests.test_streams import start_receiver, stop_receiver
+
+T = 20
+LAYOUT = UnrollLayout(unroll_length=T, observation_shape=(4,), observation_dtype="float32",
+                      num_actions=2, core_shapes=())
+GOOD_REWARD = 0.5  # marks the good unroll sent after each hostile one
+
+
+def good_arrays() -> dict[str, np.ndarray]:
+    arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in LAYOUT.schema().items()}
+    arrays["reward"][:] = GOOD_REWARD
+    arrays["action"][:] = 1
+    return arrays
+
+
+def unroll(arrays: dict[str, np.ndarray] | None = None, **meta) -> list[bytes]:
+    meta = {"policy_version": 0, **meta}
+    return encode("unroll", "actor-0", good_arrays() if arrays is None else arrays, **meta)
+
+
+def with_value(name: str, index: tuple, value) -> list[bytes]:
+    arrays = good_arrays()
+    arrays[name][index] = value
+    return unroll(arrays)
+
+
+def raw_header(text: str, arrays: bool = True) -> list[bytes]:
+    """An unroll whose header is `text`, with good arrays after it."""
+    frames = unroll()
+    return [text.encode(), *frames[1:]] if arrays else [text.encode()]
+
+
+def header_with(meta_json: str) -> str:
+    """A good unroll header whose meta is the literal JSON `meta_json`."""
+    header = json.loads(unroll()[0])
+    return json.dumps(header).replace(json.dumps(header["meta"]), meta_json)
+
+
+def bool_byte_two() -> list[bytes]:
+    frames = unroll()
+    names = [f[0] for f in json.loads(frames[0])["fields"]]
+    raw = bytearray(frames[1 + names.index("done")])
+    raw[3] = 2
+    frames[1 + names.index("done")] = bytes(raw)
+    return frames
+
+
+HOSTILE = {
+    # JSON that makes a parser recurse or overflow.
+    "json nested 200,000 deep": (raw_header("[" * 200_000 + "]" * 200_000), "too large"),
+    "json nested 20,000 deep": (raw_header("[" * 20_000 + "]" * 20_000), "nested deeper"),
+    "meta nested 8 deep": (raw_header(header_with('{"policy_version": 0, "x": '
+                                                  + "[" * 8 + "]" * 8 + "}")), "nested deeper"),
+    "integer of 5,000 digits": (raw_header(header_with('{"policy_version": ' + "9" * 5000 + "}")),
+                                "not JSON"),
+    # Values that parse but no actor sends.
+    "episode return 2^64": (unroll(episode_returns=[2**64], episode_lengths=[5]),
+                            "episode_returns"),
+    "episode return NaN": (raw_header(header_with(
+        '{"policy_version": 0, "episode_returns": [NaN], "episode_lengths": [5]}')),
+        "episode_returns"),
+    "episode return 1e400 (inf)": (raw_header(header_with(
+        '{"policy_version": 0, "episode_returns": [1e400], "episode_lengths": [5]}')),
+        "episode_returns"),
+    "episode length of 400 digits": (unroll(episode_returns=[1.0], episode_lengths=[10**400]),
+                                     "episode_lengths"),
+    "policy version of 400 digits": (unroll(policy_version=10**400), "policy_version"),
+    "policy version -1": (unroll(policy_version=-1), "policy_version"),
+    "policy version 1.5": (unroll(policy_version=1.5), "policy_version"),
+    "action 7 (CartPole has 2)": (with_value("action", (3,), 7), "'action'"),
+    "action -1": (with_value("action", (0,), -1), "'action'"),
+    "last action 1000": (with_value("last_action", (T,), 1000), "'last_action'"),
+    "NaN reward": (with_value("reward", (2,), np.nan), "'reward'"),
+    "infinite reward": (with_value("reward", (2,), np.inf), "'reward'"),
+    "NaN observation": (with_value("observation", (5, 1), np.nan), "'observation'"),
+    "infinite policy logits": (with_value("policy_logits", (1, 0), -np.inf), "'policy_logits'"),
+    "NaN policy logits": (with_value("policy_logits", (9, 1), np.nan), "'policy_logits'"),
+    "boolean byte 2": (bool_byte_two(), "'done'"),
+    "weights request version of 400 digits": (
+        encode("weights_request", "actor-0", version=10**400), "meta.version"),
+    "weights request version true": (
+        encode("weights_request", "actor-0", version=True), "meta.version"),
+}
+
+
+@pytest.fixture
+def receiver():
+    port = free_port()
+    batches = BatchQueue(LAYOUT, batch_size=1, capacity=64)
+    receiver = start_receiver(port, LAYOUT, batches, {"w": np.zeros(2, np.float32)})
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    yield receiver, batches, dealer
+    dealer.close()
+    stop_receiver(receiver)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_value_is_dropped_counted_and_never_batched(receiver, case):
+    receiver, batches, dealer = receiver
+    frames, reason = HOSTILE[case]
+    dealer.send_multipart(frames)
+    dealer.send_multipart(unroll())
+    batch = wait_for(lambda: batches.get(timeout=0.1), 10, "the good unroll after it")
+    assert receiver.is_alive() and receiver.drops.total == 1, receiver.drops.counts
+    (logged,) = receiver.drops.counts
+    assert reason in logged and len(logged) <= 210
+    # The batch holds the good unroll, and the hostile one went nowhere.
+    assert (batch.arrays["reward"] == GOOD_REWARD).all() and batches.depth() == 0
+    assert (batch.arrays["action"] == 1).all()
+
+
+def test_an_unexpected_error_on_one_message_is_a_drop_not_a_dead_thread(receiver,
+                                                                         monkeypatch):
+    receiver, batches, dealer = receiver
+
+    def explode(*_args):
+        raise TypeError("a bug the wire checks did not foresee")
+
+    monkeypatch.setattr(receiver, "_take_unroll", explode)
+    dealer.send_multipart(unroll())
+    wait_for(lambda: receiver.drops.total == 1, 10, "the drop")
+    assert receiver.is_alive()
+    assert "unexpected TypeError: a bug" in next(iter(receiver.drops.counts))
+
+
+def cartpole_config(tmp_path, **changes) -> Config:
+    return Config(level_name="CartPole-v1", agent_name="MLPAgent", preset="classic",
+                  logdir=str(tmp_path), learner_host=f"127.0.0.1:{free_port()}",
+                  **changes)
+
+
+def test_a_learner_whose_receiver_dies_exits_with_an_error_and_keeps_its_checkpoint(tmp_path):
+    learner = Learner(cartpole_config(tmp_path), SingleLearner())
+    outcome: dict[str, BaseException | str] = {}
+
+    def run():
+        try:
+            outcome["status"] = learner.run()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    receiver = wait_for(lambda: getattr(learner, "receiver", None), 30, "the receiver")
+    wait_for(lambda: receiver.is_alive(), 10, "the receiver to run")
+
+    def broken_socket(timeout_ms):
+        raise OSError("socket broke")
+
+    receiver.sock.receive = broken_socket
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), ReceiverStopped), outcome
+    assert "OSError: socket broke" in str(outcome["error"])
+    assert not (learner.run_dir / "checkpoint.pt").exists()  # an error exit saves nothing
+
+
+def test_a_non_finite_loss_skips_the_update_and_leaves_the_parameters_alone():
+    torch.manual_seed(0)
+    model = create_agent("MLPAgent", (4,), 2)
+    optimizer = RMSpropTF(model.parameters(), lr=0.01)
+    batch = {name: torch.from_numpy(a[:, None].copy()) for name, a in good_arrays().items()}
+    settings = LossSettings(discounting=0.99, baseline_cost=0.5, entropy_cost=0.01,
+                            reward_clipping="none")
+    before = [p.detach().clone() for p in model.parameters()]
+    batch["reward"][3] = 3e38  # finite on the wire; its square in the baseline loss is not
+    stats = learn_step(model, optimizer, SingleLearner(), batch, (), settings, 40.0)
+    assert stats["skipped"] == 1.0 and not np.isfinite(stats["grad_norm"])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    batch["reward"][3] = 1.0
+    stats = learn_step(model, optimizer, SingleLearner(), batch, (), settings, 40.0)
+    assert stats["skipped"] == 0.0 and np.isfinite(stats["grad_norm"])
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+# ------------------------------------------------------------------------------ fuzzing
+def fuzz_messages(count: int, seed: int = 0) -> list[list[bytes]]:
+    """`count` messages, each malformed or hostile in a random way: none may be accepted."""
+    rng = np.random.default_rng(seed)
+    header = json.loads(unroll()[0])
+    names = [f[0] for f in header["fields"]]
+    float_fields = [n for n in names if n in ("observation", "reward", "policy_logits")]
+
+    def garbage():
+        return [rng.bytes(int(rng.integers(1, 300)))]
+
+    def truncated():
+        frames = unroll()
+        del frames[int(rng.integers(1, len(frames)))]
+        return frames
+
+    def extra_frame():
+        return [*unroll(), rng.bytes(int(rng.integers(0, 64)))]
+
+    def wrong_dtype_or_shape():
+        changed = json.loads(unroll()[0])
+        entry = changed["fields"][int(rng.integers(len(names)))]
+        if rng.random() < 0.5:
+            entry[1] = str(rng.choice(["float64", "int8", "uint16", "complex64", "object"]))
+        else:
+            entry[2] = [int(d) + int(rng.integers(1, 5)) for d in entry[2]] or [2]
+        return [json.dumps(changed).encode(), *unroll()[1:]]
+
+    def action_out_of_range():
+        name = str(rng.choice(["action", "last_action"]))
+        value = int(rng.choice([-1, 2, 3, 1000, -(2**62), 2**62]))
+        return with_value(name, (int(rng.integers(T + 1)),), value)
+
+    def non_finite():
+        name = str(rng.choice(float_fields))
+        arrays = good_arrays()
+        flat = arrays[name].reshape(-1)
+        flat[int(rng.integers(flat.size))] = rng.choice([np.nan, np.inf, -np.inf])
+        return unroll(arrays)
+
+    def hostile_meta():
+        choice = int(rng.integers(6))
+        if choice == 0:
+            return unroll(policy_version=int(rng.choice([-5, 2**60, 10**30])))
+        if choice == 1:
+            return unroll(episode_returns=[1.0] * 3, episode_lengths=[1] * 2)
+        if choice == 2:
+            return unroll(episode_returns=[1.0] * 30, episode_lengths=[1] * 30)
+        if choice == 3:
+            return unroll(episode_returns=[float(rng.choice([1e13, -1e300]))],
+                          episode_lengths=[1])
+        if choice == 4:
+            return unroll(episode_returns=[1.0], episode_lengths=[-int(rng.integers(1, 9))])
+        return raw_header(header_with('{"policy_version": 0, "x": ' + "[" * 40 + "]" * 40 + "}"))
+
+    def wrong_kind():
+        kind = str(rng.choice(["weights", "no_update", "unroll_continued", "hello", ""]))
+        changed = json.loads(unroll()[0])
+        changed["kind"] = kind
+        return [json.dumps(changed).encode(), *unroll()[1:]]
+
+    def bad_weights_request():
+        versions = ["1", None, 1.5, -2, 10**20, [1]]
+        version = versions[int(rng.integers(len(versions)))]
+        return encode("weights_request", "x", version=version)
+
+    makers = [garbage, truncated, extra_frame, wrong_dtype_or_shape, action_out_of_range,
+              non_finite, hostile_meta, wrong_kind, bad_weights_request]
+    return [makers[int(rng.integers(len(makers)))]() for _ in range(count)]
+
+
+@pytest.mark.slow
+def test_fuzzing_a_live_learner_with_10000_bad_messages(tmp_path):
+    port = free_port()
+    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
+                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
+                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    logs = run_dir / "logs.csv"
+    messages = fuzz_messages(10_000)
+    try:
+        wait_for(lambda: last_value(logs, "updates") > 0, 60, "first updates")
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 10_000)  # deliver everything before closing
+        sock.connect(f"tcp://127.0.0.1:{port}")
+        for message in messages:
+            sock.send_multipart(message)
+        sock.close()
+        updates_then = last_value(logs, "updates")
+        wait_for(lambda: last_value(logs, "dropped_messages") >= len(messages), 60,
+                 "every message to be counted")
+        wait_for(lambda: last_value(logs, "updates") > updates_then + 20, 60,
+                 "training to go on")
+        # Each one counted once, and none from the real actor.
+        assert last_value(logs, "dropped_messages") == len(messages)
+        assert last_value(logs, "skipped_updates") == 0
+        assert proc.poll() is None
+        # The drop log stays short: distinct reasons once, then every 100th.
+        assert (run_dir / "learner-0.log").stat().st_size < 500_000
+    finally:
+        assert stop(proc) == 0
