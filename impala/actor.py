@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.envs import EnvSettings, create_env, frame_stack_of
 from impala.learner import weights_schema
@@ -139,7 +140,8 @@ class EnvStep:
 
 
 class Actor:
-    def __init__(self, cfg: Config, stop: threading.Event) -> None:
+    def __init__(self, cfg: Config, stop: threading.Event, keys: RunKeys | None = None
+                 ) -> None:
         self.cfg = cfg
         self.stop = stop
         self.name = f"actor-{cfg.task}"
@@ -158,7 +160,8 @@ class Actor:
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         # Room for a whole set of unrolls and the weights request that follows it.
-        self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs + 1)
+        self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs + 1,
+                                keys=keys)
         self.weights = WeightsClient(self.sock, self.model, self.max_bytes, self.name)
         self.buffers = {name: np.zeros((cfg.num_envs, *spec.shape), dtype=spec.dtype)
                         for name, spec in self.layout.schema().items()}
@@ -303,7 +306,12 @@ class Actor:
 def run_actor(cfg: Config, stop: threading.Event) -> None:
     lower_priority(cfg.actor_nice)
     OrphanWatch(stop).start()
-    actor = Actor(cfg, stop)
+    keys = None
+    if cfg.auth == "curve":
+        keys = wait_for_keys(cfg.run_dir, stop, log)
+        if keys is None:  # stopped while waiting
+            return
+    actor = Actor(cfg, stop, keys)
     try:
         actor.run()
     finally:

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from impala.losses import REWARD_CLIPPING_MODES
@@ -102,6 +103,10 @@ class Config:
     queue_capacity: int = _flag(2, "batches the learner may hold ready; beyond it actors are "
                                 "pushed back")
     max_message_mb: float = _flag(64.0, "largest network message accepted, in MiB")
+    auth: str = _flag("curve", "curve: CurveZMQ encryption, and a learner admits only holders "
+                      "of the run's key file <run_dir>/keys/run.keys; none: anyone who reaches "
+                      "a learner's port can feed it and read its weights (trusted networks "
+                      "only)", ("curve", "none"))
     learner_device: str = _flag("cpu", "device of the learner", ("cpu", "cuda"))
     learner_threads: int = _flag(2, "torch threads of the learner")
     actor_nice: int = _flag(10, "scheduling niceness of actor processes (0-19): where actors "
@@ -149,6 +154,11 @@ class Config:
         if self.run_name:
             return self.run_name
         return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.level_name}_{self.agent_name}")
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's logs, checkpoint and keys live (relative to the working dir)."""
+        return Path(self.logdir) / self.resolved_run_name
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

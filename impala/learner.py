@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from impala import checkpoint
+from impala import auth, checkpoint
 from impala.config import PRESETS, Config, parse_host_port
 from impala.curves import CurvePlotter
 from impala.distributed import Backend, parameter_checksum
@@ -52,6 +52,7 @@ from impala.rollout import (
     parse_unroll_meta,
 )
 from impala.transport import (
+    MAX_HEADER_BYTES,
     DropLog,
     FieldSpec,
     LearnerSocket,
@@ -304,6 +305,7 @@ class Learner:
         self.run_dir = Path(cfg.logdir) / cfg.resolved_run_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.run_dir / checkpoint.CHECKPOINT_NAME
+        self.keys = auth.ensure_keys(self.run_dir) if cfg.auth == "curve" else None
 
         env_info = describe_env(EnvSettings(cfg.level_name, cfg.num_action_repeats,
                                             cfg.width, cfg.height))
@@ -360,14 +362,22 @@ class Learner:
                         self.counters.as_dict(), self.cfg.to_dict())
         log.info("checkpoint saved at %d frames: %s", self.counters.frames, self.checkpoint_path)
 
+    def largest_frame(self) -> int:
+        """The biggest frame an actor sends, with room for CURVE's per-frame envelope
+        (tens of bytes): ZeroMQ cuts off a peer that sends more, before buffering it."""
+        schemas = [self.layout.schema(), self.layout.schema(continued=True)]
+        return 4096 + max(MAX_HEADER_BYTES, *(spec.nbytes for schema in schemas
+                                              for spec in schema.values()))
+
     # ----------------------------------------------------------------------- main loop
     def run(self) -> str:
         """Train until the frame budget or a stop request; returns the exit status."""
         cfg = self.cfg
         host, port = parse_host_port(cfg.learner_host)
         max_bytes = int(cfg.max_message_mb * 2**20)
-        sock = LearnerSocket(host, port, max_bytes,
-                             receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size)
+        sock = LearnerSocket(host, port, self.largest_frame(),
+                             receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
+                             keys=self.keys)
         batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity)
         receiver = self.receiver = UnrollReceiver(sock, self.layout, batches, max_bytes,
                                                   name=f"learner-{self.rank}")

@@ -13,7 +13,9 @@ Sockets: each learner binds one ROUTER socket. Its actors connect DEALER sockets
 `unroll` (or `unroll_continued`, see framestack.py) and `weights_request` messages; the
 learner answers a request with `weights` when it has a newer version than the actor's,
 else with `no_update`; either answer may carry `restart_streams` (framestack.py). ZeroMQ
-high-water marks bound every queue, so a slow learner pushes back on its actors.
+high-water marks bound every queue, so a slow learner pushes back on its actors. With
+`--auth=curve` (the default) both ends are CurveZMQ-encrypted and a learner admits only
+the run's actors (auth.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from typing import Any
 
 import numpy as np
 import zmq
+
+from impala import auth
+from impala.auth import RunKeys
 
 FORMAT_VERSION = 1
 KINDS = ("unroll", "unroll_continued", "weights_request", "weights", "no_update")
@@ -226,17 +231,24 @@ def resolve_ip(host: str) -> str:
 class LearnerSocket:
     """The learner's ROUTER socket: unrolls and weight requests in, weights out."""
 
-    def __init__(self, host: str, port: int, max_bytes: int, receive_hwm: int) -> None:
+    def __init__(self, host: str, port: int, max_frame_bytes: int, receive_hwm: int,
+                 keys: RunKeys | None = None) -> None:
+        """`max_frame_bytes`: ZeroMQ disconnects a peer that sends a bigger frame, before
+        buffering it. `keys`: CURVE encryption, admitting only the run's actors (auth.py)."""
         self.context = zmq.Context.instance()
+        self.authenticator = auth.start_authenticator(self.context, keys) if keys else None
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.RCVHWM, receive_hwm)
-        self.socket.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # zmq disconnects bigger frames
+        self.socket.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if keys:
+            auth.secure_server(self.socket, keys)
         address = f"tcp://{resolve_ip(host)}:{port}"
         try:
             self.socket.bind(address)
         except zmq.ZMQError as exc:
+            self.close()
             raise OSError(f"learner cannot bind {address}: {exc}") from None
         self.address = address
 
@@ -255,14 +267,20 @@ class LearnerSocket:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
+            self.authenticator = None
 
 
 class ActorSocket:
     """An actor's DEALER socket to its learner; ZeroMQ reconnects by itself with backoff."""
 
-    def __init__(self, host: str, port: int, max_bytes: int, send_hwm: int) -> None:
+    def __init__(self, host: str, port: int, max_bytes: int, send_hwm: int,
+                 keys: RunKeys | None = None) -> None:
         self.context = zmq.Context.instance()
         self.socket = self.context.socket(zmq.DEALER)
+        if keys:
+            auth.secure_client(self.socket, keys)
         self.socket.setsockopt(zmq.SNDHWM, send_hwm)
         self.socket.setsockopt(zmq.RCVHWM, 4)
         self.socket.setsockopt(zmq.MAXMSGSIZE, max_bytes)

@@ -88,3 +88,19 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def dealer_to(port: int, run_dir: Path | None = None, linger_ms: int = 5000):
+    """A DEALER socket to a learner on this host: with `run_dir`, a CURVE client holding
+    that run's keys (a peer the learner admits); without, a peer with no key."""
+    import zmq
+
+    from impala import auth
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    if run_dir is not None:
+        wait_for(lambda: auth.keys_path(run_dir).exists(), 30, "the run's keys")
+        auth.secure_client(sock, auth.load_keys(auth.keys_path(run_dir)))
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    return sock

@@ -24,7 +24,15 @@ from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.rollout import BatchQueue, UnrollLayout
 from impala.transport import encode
-from tests.helpers import CARTPOLE_FLAGS, free_port, last_value, start, stop, wait_for
+from tests.helpers import (
+    CARTPOLE_FLAGS,
+    dealer_to,
+    free_port,
+    last_value,
+    start,
+    stop,
+    wait_for,
+)
 from tests.test_streams import start_receiver, stop_receiver
 
 T = 20
@@ -284,9 +292,8 @@ def test_fuzzing_a_live_learner_with_10000_bad_messages(tmp_path):
     messages = fuzz_messages(10_000)
     try:
         wait_for(lambda: last_value(logs, "updates") > 0, 60, "first updates")
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 10_000)  # deliver everything before closing
-        sock.connect(f"tcp://127.0.0.1:{port}")
+        # A peer holding the run's key: what gets past authentication must still be checked.
+        sock = dealer_to(port, run_dir, linger_ms=10_000)
         for message in messages:
             sock.send_multipart(message)
         sock.close()

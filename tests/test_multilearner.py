@@ -14,6 +14,7 @@ from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from tests.helpers import (
     CARTPOLE_FLAGS,
     ROOT,
+    dealer_to,
     free_port,
     last_value,
     read_csv,
@@ -208,7 +209,6 @@ def test_a_non_finite_loss_on_one_rank_skips_that_update_on_both(tmp_path):
     """A finite but huge reward sent to rank 1 only (no clipping) makes its loss infinite:
     both ranks skip that update together, stay in sync, and nothing NaN is published."""
     import numpy as np
-    import zmq
 
     from tests.test_hostile import good_arrays, unroll
 
@@ -220,9 +220,7 @@ def test_a_non_finite_loss_on_one_rank_skips_that_update_on_both(tmp_path):
         wait_for(lambda: last_value(run_dir / "learner-1.csv", "updates") > 5, 90, "training")
         arrays = good_arrays()
         arrays["reward"][5] = 3e38  # finite on the wire; squared in the baseline loss it is not
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 5000)
-        sock.connect(f"tcp://127.0.0.1:{cluster.ports[1]}")
+        sock = dealer_to(cluster.ports[1], run_dir)
         sock.send_multipart(unroll(arrays))
         sock.close()
         wait_for(lambda: last_value(run_dir / "logs.csv", "skipped_updates") >= 1, 60,

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
 
 from impala.config import PRESETS
 from tests.helpers import (
     CARTPOLE_FLAGS,
+    dealer_to,
     free_port,
     last_value,
     pid_alive,
@@ -127,9 +127,8 @@ def test_malformed_messages_are_dropped_and_the_learner_keeps_training(tmp_path)
             "format": 1, "kind": "unroll", "sender": "attacker", "meta": {},
             "fields": [["observation", "float32", [21, 4]]]}).encode()
         messages = _raw_messages(header_ok)
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 5000)  # deliver everything before closing
-        sock.connect(f"tcp://127.0.0.1:{port}")
+        # A peer holding the run's key: what gets past authentication must still be checked.
+        sock = dealer_to(port, tmp_path / RUN)
         for message in messages:
             sock.send_multipart(message)
         sock.close()

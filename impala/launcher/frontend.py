@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from impala import auth
 from impala.config import Config, add_config_flags, config_from_namespace
 from impala.launcher import logged, tmux
 from impala.launcher.cluster import (
@@ -35,8 +36,10 @@ from impala.launcher.cluster import (
     learner_groups,
     read_cluster_csv,
 )
+from impala.launcher.keys import KeyCopy, copy_keys
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from impala.launcher.ssh import (
+    HostAccess,
     PreflightCheck,
     SshSettings,
     host_access,
@@ -242,16 +245,38 @@ def preflight_checks(plan: Plan, opts: FrontendOptions,
     return list(by_host.values())
 
 
+def key_copies(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> list[KeyCopy]:
+    """Where each remote host's processes look for the run's key file: <run_dir>/keys."""
+    settings = _ssh_settings(opts)
+    addresses = local_addresses()
+    copies: dict[tuple[HostAccess, str], tuple[int, ...]] = {}
+    for worker in workers:
+        if is_local(worker.ip, addresses):
+            continue  # local processes read this host's run directory
+        run_dir = _resolve(workdir_of(worker, False, opts), cfg.logdir, cfg.resolved_run_name)
+        key = (host_access(worker, settings), f"{run_dir}/{auth.KEYS_FILE}")
+        copies[key] = copies.get(key, ()) + (worker.line,)
+    return [KeyCopy(access, path, lines) for (access, path), lines in copies.items()]
+
+
+def _report(problems: list[str], what: str) -> int:
+    print(f"{what}; nothing was started:", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem}", file=sys.stderr)
+    return 1
+
+
 def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: Plan) -> int:
     checks = preflight_checks(plan, opts, workers)
     if checks:
         print(f"checking {len(checks)} remote host(s) over ssh ...", flush=True)
     problems = preflight(checks)
     if problems:
-        print("preflight failed; nothing was started:", file=sys.stderr)
-        for problem in problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 1
+        return _report(problems, "preflight failed")
+    if cfg.auth == "curve":
+        problems = copy_keys(plan.run_dir, key_copies(cfg, opts, workers))
+        if problems:
+            return _report(problems, "the run's keys could not be copied")
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "pids").mkdir(exist_ok=True)
     learners, actors = plan.processes[0], plan.processes[1:]

@@ -187,3 +187,28 @@ def mpirun_ssh_agent(settings: SshSettings) -> str | None:
         parts += ["-F", settings.config_file]
     parts += list(settings.options)
     return shlex.join(parts)
+
+
+def put_private_file(access: HostAccess, path: str, content: bytes) -> None:
+    """Write `content` to `path` on the host, readable by the login user only (0600, in a
+    0700 folder); replaced atomically. Raises ConnectionError with a message fit to show."""
+    folder = path.rsplit("/", 1)[0] or "/"
+    client = connect(access)
+    try:
+        _, stdout, stderr = client.exec_command(
+            f"umask 077 && mkdir -p {shlex.quote(folder)} && chmod 700 {shlex.quote(folder)}",
+            timeout=60)
+        if stdout.channel.recv_exit_status() != 0:
+            reason = stderr.read().decode(errors="replace").strip().splitlines()
+            raise ConnectionError(f"{access.label}: cannot create {folder}: "
+                                  f"{reason[-1] if reason else 'mkdir failed'}")
+        tmp = f"{path}.tmp"
+        with client.open_sftp() as sftp:
+            with sftp.open(tmp, "wb") as remote:
+                remote.chmod(0o600)  # before the secret is in it
+                remote.write(content)
+            sftp.posix_rename(tmp, path)
+    except (OSError, paramiko.SSHException) as exc:
+        raise ConnectionError(f"{access.label}: cannot write {path}: {exc}") from None
+    finally:
+        client.close()

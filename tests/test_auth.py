@@ -1,0 +1,148 @@
+"""CurveZMQ: only holders of the run's key file reach a learner (impala/auth.py).
+
+The key file itself (created once, 0600, refused when too open or damaged), then a live
+learner with a real actor: the actor trains, a peer without the key, or with a key pair of
+its own, gets no answer and feeds nothing. Across hosts (network namespaces, real sshd) the
+frontend's copy of the keys is checked in tests/test_frontend.py.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import stat
+
+import pytest
+import zmq
+
+from impala import auth
+from impala.transport import encode
+from tests.helpers import (
+    CARTPOLE_FLAGS,
+    dealer_to,
+    free_port,
+    last_value,
+    start,
+    stop,
+    wait_for,
+)
+from tests.test_hostile import unroll
+
+RUN = "CartPole-v1_MLPAgent"
+
+
+def test_keys_are_created_once_private_and_kept(tmp_path):
+    keys = auth.ensure_keys(tmp_path)
+    path = auth.keys_path(tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert auth.ensure_keys(tmp_path) == keys  # a second start keeps the run's keys
+    assert len({keys.learner_public, keys.learner_secret, keys.actor_public,
+                keys.actor_secret}) == 4
+
+
+def _create(run_dir: str, out) -> None:
+    out.put(auth.ensure_keys(run_dir).actor_secret)
+
+
+def test_two_learners_starting_at_once_agree_on_one_key_file(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    processes = [context.Process(target=_create, args=(str(tmp_path), out)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    secrets = {out.get(timeout=60) for _ in processes}
+    for process in processes:
+        process.join(timeout=60)
+    assert secrets == {auth.load_keys(auth.keys_path(tmp_path)).actor_secret}
+
+
+def test_a_key_file_readable_by_others_is_refused(tmp_path):
+    auth.ensure_keys(tmp_path)
+    path = auth.keys_path(tmp_path)
+    path.chmod(0o644)
+    with pytest.raises(auth.AuthError, match=r"readable by other users.*chmod 600"):
+        auth.load_keys(path)
+
+
+@pytest.mark.parametrize("content", ["", "{}", '{"learner_public": 5}', "not json",
+                                     json.dumps({name: "x" * 40 for name in auth.FIELDS})])
+def test_a_damaged_key_file_is_refused(tmp_path, content):
+    path = auth.keys_path(tmp_path)
+    path.parent.mkdir(mode=0o700)
+    path.write_text(content)
+    path.chmod(0o600)
+    with pytest.raises(auth.AuthError, match="is not a key file of this toolkit"):
+        auth.load_keys(path)
+
+
+def test_a_missing_key_file_says_how_to_get_one(tmp_path):
+    with pytest.raises(auth.AuthError, match="--auth=none"):
+        auth.load_keys(auth.keys_path(tmp_path))
+
+
+def answered(sock: zmq.Socket, timeout_ms: int) -> bool:
+    """Whether a weights request gets the weights back within `timeout_ms`."""
+    # A DEALER blocks sending until a connection completes its handshake, which a peer
+    # without the key never does.
+    if not sock.poll(timeout_ms, zmq.POLLOUT):
+        return False
+    sock.send_multipart(encode("weights_request", "peer", version=-1), flags=zmq.NOBLOCK)
+    if not sock.poll(timeout_ms):
+        return False
+    return json.loads(sock.recv_multipart()[0])["kind"] == "weights"
+
+
+@pytest.mark.slow
+def test_only_the_runs_actors_get_in(tmp_path):
+    port = free_port()
+    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
+                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
+                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+    run_dir = tmp_path / RUN
+    logs = run_dir / "logs.csv"
+    try:
+        wait_for(lambda: last_value(logs, "updates") > 0, 60, "the run's actor to train")
+        # A peer without the key, and one with a key pair of its own that knows the
+        # learners' public key (which is not a secret): no answer, nothing fed.
+        keyless = dealer_to(port, linger_ms=0)
+        stranger = zmq.Context.instance().socket(zmq.DEALER)
+        stranger.setsockopt(zmq.LINGER, 0)
+        stranger.curve_publickey, stranger.curve_secretkey = zmq.curve_keypair()
+        stranger.curve_serverkey = auth.load_keys(auth.keys_path(run_dir)).learner_public
+        stranger.connect(f"tcp://127.0.0.1:{port}")
+        for peer in (keyless, stranger):
+            for _ in range(50):  # bad messages, which would be counted if they got in
+                if peer.poll(10, zmq.POLLOUT):
+                    peer.send_multipart([b"garbage"], flags=zmq.NOBLOCK)
+            assert not answered(peer, timeout_ms=3000)
+            peer.close()
+        # The run's key gets an answer: the weights.
+        insider = dealer_to(port, run_dir, linger_ms=0)
+        assert answered(insider, timeout_ms=10_000)
+        insider.close()
+        updates_then = last_value(logs, "updates")
+        wait_for(lambda: last_value(logs, "updates") > updates_then + 10, 60, "training")
+        assert last_value(logs, "dropped_messages") == 0  # nothing from outside got in
+        assert proc.poll() is None
+    finally:
+        assert stop(proc) == 0
+
+
+@pytest.mark.slow
+def test_auth_none_admits_any_peer(tmp_path):
+    port = free_port()
+    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS, "--auth=none",
+                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
+                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+    logs = tmp_path / RUN / "logs.csv"
+    try:
+        wait_for(lambda: last_value(logs, "updates") > 0, 60, "the actor to train")
+        assert not auth.keys_path(tmp_path / RUN).exists()
+        peer = dealer_to(port, linger_ms=1000)
+        assert answered(peer, timeout_ms=10_000)
+        peer.send_multipart(unroll(policy_version=-1))
+        peer.close()
+        wait_for(lambda: last_value(logs, "dropped_messages") == 1, 30, "the drop")
+    finally:
+        assert stop(proc) == 0
