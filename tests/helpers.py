@@ -90,9 +90,10 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def dealer_to(port: int, run_dir: Path | None = None, linger_ms: int = 5000):
-    """A DEALER socket to a learner on this host: with `run_dir`, a CURVE client holding
-    that run's keys (a peer the learner admits); without, a peer with no key."""
+def dealer_to(port: int, run_dir: Path | None = None, linger_ms: int = 5000,
+              host: str = "127.0.0.1"):
+    """A DEALER socket to a learner: with `run_dir`, a CURVE client holding that run's keys
+    (a peer the learner admits); without, a peer with no key."""
     import zmq
 
     from impala import auth
@@ -102,5 +103,23 @@ def dealer_to(port: int, run_dir: Path | None = None, linger_ms: int = 5000):
     if run_dir is not None:
         wait_for(lambda: auth.keys_path(run_dir).exists(), 30, "the run's keys")
         auth.secure_client(sock, auth.load_keys(auth.keys_path(run_dir)))
-    sock.connect(f"tcp://127.0.0.1:{port}")
+    sock.connect(f"tcp://{host}:{port}")
     return sock
+
+
+def weights_answered(sock, timeout_ms: int) -> bool:
+    """Whether a weights request on `sock` gets the weights back within `timeout_ms`."""
+    import json
+
+    import zmq
+
+    from impala.transport import encode
+
+    # A DEALER blocks sending until a connection completes its handshake, which a peer
+    # without the key never does.
+    if not sock.poll(timeout_ms, zmq.POLLOUT):
+        return False
+    sock.send_multipart(encode("weights_request", "peer", version=-1), flags=zmq.NOBLOCK)
+    if not sock.poll(timeout_ms):
+        return False
+    return json.loads(sock.recv_multipart()[0])["kind"] == "weights"

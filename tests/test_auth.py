@@ -16,7 +16,6 @@ import pytest
 import zmq
 
 from impala import auth
-from impala.transport import encode
 from tests.helpers import (
     CARTPOLE_FLAGS,
     dealer_to,
@@ -25,6 +24,7 @@ from tests.helpers import (
     start,
     stop,
     wait_for,
+    weights_answered,
 )
 from tests.test_hostile import unroll
 
@@ -81,18 +81,6 @@ def test_a_missing_key_file_says_how_to_get_one(tmp_path):
         auth.load_keys(auth.keys_path(tmp_path))
 
 
-def answered(sock: zmq.Socket, timeout_ms: int) -> bool:
-    """Whether a weights request gets the weights back within `timeout_ms`."""
-    # A DEALER blocks sending until a connection completes its handshake, which a peer
-    # without the key never does.
-    if not sock.poll(timeout_ms, zmq.POLLOUT):
-        return False
-    sock.send_multipart(encode("weights_request", "peer", version=-1), flags=zmq.NOBLOCK)
-    if not sock.poll(timeout_ms):
-        return False
-    return json.loads(sock.recv_multipart()[0])["kind"] == "weights"
-
-
 @pytest.mark.slow
 def test_only_the_runs_actors_get_in(tmp_path):
     port = free_port()
@@ -115,11 +103,11 @@ def test_only_the_runs_actors_get_in(tmp_path):
             for _ in range(50):  # bad messages, which would be counted if they got in
                 if peer.poll(10, zmq.POLLOUT):
                     peer.send_multipart([b"garbage"], flags=zmq.NOBLOCK)
-            assert not answered(peer, timeout_ms=3000)
+            assert not weights_answered(peer, timeout_ms=3000)
             peer.close()
         # The run's key gets an answer: the weights.
         insider = dealer_to(port, run_dir, linger_ms=0)
-        assert answered(insider, timeout_ms=10_000)
+        assert weights_answered(insider, timeout_ms=10_000)
         insider.close()
         updates_then = last_value(logs, "updates")
         wait_for(lambda: last_value(logs, "updates") > updates_then + 10, 60, "training")
@@ -140,7 +128,7 @@ def test_auth_none_admits_any_peer(tmp_path):
         wait_for(lambda: last_value(logs, "updates") > 0, 60, "the actor to train")
         assert not auth.keys_path(tmp_path / RUN).exists()
         peer = dealer_to(port, linger_ms=1000)
-        assert answered(peer, timeout_ms=10_000)
+        assert weights_answered(peer, timeout_ms=10_000)
         peer.send_multipart(unroll(policy_version=-1))
         peer.close()
         wait_for(lambda: last_value(logs, "dropped_messages") == 1, 30, "the drop")

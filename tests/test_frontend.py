@@ -12,7 +12,7 @@ from pathlib import Path
 import libtmux
 import pytest
 
-from tests.helpers import ROOT, last_value, wait_for
+from tests.helpers import ROOT, dealer_to, last_value, wait_for, weights_answered
 from tests.netns import BRIDGE_ADDRESS, SUBNET, NamespaceNetwork, unavailable_reason
 
 FRONTEND = str(ROOT / "run_experiment_mm_raw.py")
@@ -264,6 +264,13 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
         assert "listening on tcp://" + b in (run_dir / "learner-1.log").read_text()
         status = frontend(*flags, "--status")
         assert status.stdout.count(" alive ") == 3, status.stdout
+        # The keys went to each host over SSH; a peer without them gets nothing from a
+        # learner in another namespace, the run's key file gets its weights.
+        assert "copied to 3 remote host(s)" in started.stdout
+        for keys, expected in ((None, False), (run_dir, True)):
+            sock = dealer_to(8001, keys, linger_ms=0, host=a)
+            assert weights_answered(sock, timeout_ms=5000) == expected
+            sock.close()
     finally:
         stopped = frontend(*flags, "--stop", timeout=200)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr

@@ -274,9 +274,12 @@ def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: P
     if problems:
         return _report(problems, "preflight failed")
     if cfg.auth == "curve":
-        problems = copy_keys(plan.run_dir, key_copies(cfg, opts, workers))
+        copies = key_copies(cfg, opts, workers)
+        problems = copy_keys(plan.run_dir, copies)
         if problems:
             return _report(problems, "the run's keys could not be copied")
+        print(f"run keys: {auth.keys_path(plan.run_dir)} (mode 0600)"
+              + (f", copied to {len(copies)} remote host(s)" if copies else ""), flush=True)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "pids").mkdir(exist_ok=True)
     learners, actors = plan.processes[0], plan.processes[1:]
