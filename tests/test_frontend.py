@@ -68,7 +68,28 @@ BAD_CSVS = {
                            "line 3, columns ip/tf_port: localhost:8001 is already used on "
                            "line 2"),
     "empty ip": (HEADER + "learner,localhost,8001,,,,\nactor,,9001,,,,\n",
-                 "line 3, column ip: empty"),
+                 "line 3, column ip: expected a host name or IP address, got ''"),
+    "trailing comma": (HEADER + "learner,localhost,8001,,,,\nactor,localhost,9001,,,,,\n",
+                       "line 3, column 8: 8 fields, but the header has 7 columns"),
+    # pandas would take the first column as the index and shift every value.
+    "trailing comma on every row": (HEADER + "learner,localhost,8001,,,,,\n"
+                                    "actor,localhost,9001,,,,,\n",
+                                    "line 2, column 8: 8 fields, but the header has 7"),
+    "trailing comma in the header": (HEADER.strip() + ",\nlearner,localhost,8001,,,,\n",
+                                     "line 1, column 8: empty column name"),
+    "comma in ip": (HEADER + "learner,10.0.0.1,10.0.0.2,8001,,,,\n",
+                    "line 2, column 8: 8 fields"),
+    "not a host name": (HEADER + "learner,localhost,8001,,,,\nactor,my host!,9001,,,,\n",
+                        "line 3, column ip: expected a host name or IP address, got 'my host!'"),
+    "user name read as an ssh option": (
+        HEADER + "learner,localhost,8001,,,,\nactor,10.0.0.7,9001,,,-oProxyCommand=x,\n",
+        "line 3, column ssh_username: expected a user name"),
+    "password on a learner row": (HEADER + "learner,10.0.0.7,8001,,,root,hunter2-pw\n",
+                                  "line 2, column ssh_password: learners are started by "
+                                  "mpirun"),
+    "workdir on a local row": (HEADER.strip() + ",workdir\nlearner,localhost,8001,,,,,\n"
+                               "actor,127.0.0.1,9001,,,,,/srv/other-checkout\n",
+                               "line 3, column workdir: 127.0.0.1 is this host"),
 }
 
 
@@ -80,8 +101,9 @@ def test_bad_csv_is_reported_and_nothing_starts(tmp_path, case):
     session = f"impala-test-{abs(hash(case)) % 10**6}"
     result = frontend(f"--workers_csv_path={path}", f"--logdir={tmp_path / 'runs'}",
                       f"--tmux_sess={session}", *CARTPOLE)
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert message in result.stderr and str(path) in result.stderr
+    assert "Traceback" not in result.stderr and "hunter2-pw" not in result.stderr
     assert not tmux_has(session) and not (tmp_path / "runs").exists()
 
 
@@ -224,6 +246,8 @@ def test_preflight_reports_unreachable_hosts_and_wrong_passwords(tmp_path, netwo
     path = tmp_path / "hosts.csv"
     path.write_text(HEADER + "learner,127.0.0.1,8001,,,,\n"
                     f"actor,{SUBNET}.9,9001,,,,\n"  # no host has this address
+                    # Two rows on one host: each row's own password is tried.
+                    f"actor,{SUBNET}.3,9003,,,root,{network.password}\n"
                     f"actor,{SUBNET}.3,9002,,,root,{wrong_password}\n")
     session = "impala-test-preflight"
     result = frontend(f"--workers_csv_path={path}", f"--tmux_sess={session}",
@@ -231,10 +255,13 @@ def test_preflight_reports_unreachable_hosts_and_wrong_passwords(tmp_path, netwo
                       *CARTPOLE, timeout=120)
     assert result.returncode == 1
     assert f"root@{SUBNET}.9:22: unreachable" in result.stderr
-    assert "(CSV line 3)" in result.stderr and "(CSV line 4)" in result.stderr
-    assert f"root@{SUBNET}.3:22: authentication with password failed" in result.stderr
+    assert "(CSV line 3)" in result.stderr and "(CSV line 5)" in result.stderr
+    assert f"root@{SUBNET}.3:22: authentication with password failed (CSV line 5)" \
+        in result.stderr
+    assert "line 4" not in result.stderr
     assert "nothing was started" in result.stderr
     assert wrong_password not in result.stdout + result.stderr
+    assert network.password not in result.stdout + result.stderr
     assert not tmux_has(session) and not (tmp_path / "runs").exists()
 
 
@@ -304,6 +331,11 @@ def test_password_login_actor_is_started_and_stopped_through_the_relay(tmp_path,
         assert any("impala.launcher.relay" in line
                    for line in processes_mentioning(str(path)))
         assert not processes_mentioning(network.password)
+        # The CSV is edited while the run goes on (a row inserted above the password host's):
+        # --status and --stop use the login recorded at start, not the line number.
+        path.write_text(HEADER + f"learner,{BRIDGE_ADDRESS},8001,,,,\n"
+                        f"actor,{SUBNET}.9,9005,,,,\n"
+                        f"actor,{host.address},9001,,,root,{network.password}\n")
         status = frontend(*flags, "--status")
         assert status.stdout.count(" alive ") == 2, status.stdout + status.stderr
     finally:

@@ -8,6 +8,9 @@ Every problem in the file is reported at once, each with its line and column.
 
 from __future__ import annotations
 
+import csv
+import ipaddress
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,11 @@ ORIGINAL = ("job", "ip", "tf_port", "cuda_visible_devices", "ssh_port", "ssh_use
             "ssh_password")
 OPTIONAL = ("port", "num_envs", "python", "workdir", "ssh_key")
 JOBS = ("learner", "actor")
+# RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens.
+HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                      r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+# POSIX-portable user names; never starting with '-', which ssh would read as an option.
+USERNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 
 
 class ClusterFileError(ValueError):
@@ -63,8 +71,12 @@ def read_cluster_csv(path: str | Path) -> list[WorkerSpec]:
     path = Path(path)
     if not path.is_file():
         raise ClusterFileError(path, ["file not found"])
+    problems = _field_count_problems(path)
+    if problems:
+        raise ClusterFileError(path, problems)
     try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
+                            index_col=False)
     except pd.errors.EmptyDataError:
         raise ClusterFileError(path, ["the file is empty; expected a header line: "
                                       + ",".join(ORIGINAL)]) from None
@@ -92,6 +104,31 @@ def read_cluster_csv(path: str | Path) -> list[WorkerSpec]:
         warnings.warn(f"{path}: {len(learners)} learners but only {len(actors)} actors: "
                       "some learners will have no actors and wait", stacklevel=2)
     return workers
+
+
+def _field_count_problems(path: Path) -> list[str]:
+    """Rows with more fields than the header: a trailing comma, or a comma inside a value
+    (pandas would shift such a row's values, or take its first column as an index). Fewer
+    fields are fine: the missing trailing values are empty."""
+    try:
+        with open(path, newline="") as file:
+            rows = [(number, row) for number, row in enumerate(csv.reader(file), start=1)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        return [f"not a valid CSV: {exc}"]
+    rows = [(number, row) for number, row in rows if any(cell.strip() for cell in row)]
+    if not rows:
+        return []
+    header_line, header = rows[0]
+    problems = []
+    if header and not header[-1].strip():
+        problems.append(f"line {header_line}, column {len(header)}: empty column name (a "
+                        "trailing comma?)")
+    for number, row in rows[1:]:
+        if len(row) > len(header):
+            problems.append(f"line {number}, column {len(header) + 1}: {len(row)} fields, "
+                            f"but the header has {len(header)} columns (a trailing comma, or "
+                            "a comma inside a value?)")
+    return problems
 
 
 def _column_problems(columns: list[str]) -> list[str]:
@@ -133,8 +170,17 @@ def _parse_row(row: dict[str, str], line: int, problems: list[str]) -> WorkerSpe
         problems.append(f"line {line}, column job: expected learner or actor, got "
                         f"{row['job']!r}")
     ip = row["ip"]
-    if not ip:
-        problems.append(f"line {line}, column ip: empty; expected a host name or address")
+    if not _is_host(ip):
+        problems.append(f"line {line}, column ip: expected a host name or IP address, got "
+                        f"{ip!r}")
+    username = row.get("ssh_username", "")
+    if username and not USERNAME.fullmatch(username):
+        problems.append(f"line {line}, column ssh_username: expected a user name (letters, "
+                        f"digits, '.', '_', '-', not starting with '-'), got {username!r}")
+    if job == "learner" and row.get("ssh_password"):
+        problems.append(f"line {line}, column ssh_password: learners are started by mpirun, "
+                        "whose ssh cannot take a password; give this host a key (ssh_key "
+                        "column or ssh_config) and leave the password empty")
     port_column = "tf_port" if "tf_port" in row else "port"
     port = _parse_int(row[port_column], line, port_column, 1, 65535, problems)
     ssh_port = 22
@@ -152,6 +198,14 @@ def _parse_row(row: dict[str, str], line: int, problems: list[str]) -> WorkerSpe
         ssh_password=row.get("ssh_password", ""), ssh_key=row.get("ssh_key", ""),
         num_envs=num_envs, python=row.get("python", ""), workdir=row.get("workdir", ""),
     )
+
+
+def _is_host(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return bool(HOSTNAME.fullmatch(value)) and len(value) <= 253
 
 
 def _cluster_problems(workers: list[WorkerSpec]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import shlex
@@ -23,8 +24,9 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from impala import auth
 from impala.config import Config, add_config_flags, config_from_namespace
@@ -93,6 +95,10 @@ class Process:
     remote_pidfile: str = ""  # of the process itself on a remote host
     remote_python: str = ""
     csv_line: int = 0
+    # How --stop and --status reach a remote process: the login used at start, without
+    # the password (never written); a password login reads it from the CSV again.
+    ssh: dict[str, Any] = field(default_factory=dict)
+    ssh_password_in_csv: bool = False
 
 
 @dataclass
@@ -127,6 +133,16 @@ def python_of(worker: WorkerSpec, local: bool, workdir: str, opts: FrontendOptio
     if local:
         return worker.python or sys.executable
     return worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
+
+
+def _local_workdir_problems(workers: list[WorkerSpec]) -> list[str]:
+    """A workdir on a row of this host would be silently ignored: refuse it instead."""
+    addresses = local_addresses()
+    return [f"line {w.line}, column workdir: {w.ip} is this host, whose processes run in "
+            f"this checkout ({PROJECT_ROOT}); leave workdir empty for local rows"
+            for w in workers
+            if w.workdir and is_local(w.ip, addresses)
+            and Path(w.workdir).resolve() != PROJECT_ROOT]
 
 
 def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
@@ -201,10 +217,12 @@ def _actor_process(cfg: Config, opts: FrontendOptions, settings: SshSettings,
         transport = [*openssh_argv(host_access(worker, settings), settings, tty=True),
                      remote_line]
     local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
+    login = {k: v for k, v in asdict(host_access(worker, settings)).items() if k != "password"}
     return Process(name, "actor", worker.ip, False, title, workdir,
                    [*wrapper, "--pidfile", local_pidfile, "--log", log, "--", *transport],
                    local_pidfile, log, remote_pidfile=remote_pidfile, remote_python=python,
-                   csv_line=worker.line)
+                   csv_line=worker.line, ssh=login,
+                   ssh_password_in_csv=bool(worker.ssh_password))
 
 
 def _ssh_settings(opts: FrontendOptions) -> SshSettings:
@@ -228,8 +246,10 @@ def describe_plan(plan: Plan) -> str:
 # ------------------------------------------------------------------------------ start
 def preflight_checks(plan: Plan, opts: FrontendOptions,
                      workers: list[WorkerSpec]) -> list[PreflightCheck]:
+    """One check per distinct login (host, port, user, key, password), interpreter and
+    checkout: every row's own credentials are tried, rows that share them once."""
     settings = _ssh_settings(opts)
-    by_host: dict[str, PreflightCheck] = {}
+    checks: dict[tuple[HostAccess, str, str], PreflightCheck] = {}
     addresses = local_addresses()
     learner_ips = {g.learner.ip for g in plan.groups}
     for worker in workers:
@@ -237,12 +257,12 @@ def preflight_checks(plan: Plan, opts: FrontendOptions,
             continue
         workdir = workdir_of(worker, False, opts)
         python = python_of(worker, False, workdir, opts)
-        key = worker.ip
-        previous = by_host.get(key)
+        key = (host_access(worker, settings), python, workdir)
+        previous = checks.get(key)
         lines = (previous.lines if previous else ()) + (worker.line,)
-        by_host[key] = PreflightCheck(host_access(worker, settings), python, workdir,
-                                      needs_mpi=worker.ip in learner_ips, lines=lines)
-    return list(by_host.values())
+        checks[key] = PreflightCheck(key[0], python, workdir,
+                                     needs_mpi=worker.ip in learner_ips, lines=lines)
+    return list(checks.values())
 
 
 def key_copies(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> list[KeyCopy]:
@@ -360,22 +380,38 @@ def _end_run(plan: Plan, opts: FrontendOptions) -> None:
 
 
 # ------------------------------------------------------------------------ stop, status
-def _remote_logged(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec],
+def _recorded_access(process: Process, opts: FrontendOptions, csv_path: str) -> HostAccess:
+    """The login recorded at start; its password, if it had one, from the CSV row with the
+    same host and user (not the same line: the file may have been edited since)."""
+    if not process.ssh:  # recorded by a version that kept only the CSV line
+        return host_access(_workers_by_line(csv_path)[process.csv_line], _ssh_settings(opts))
+    access = HostAccess(**process.ssh)
+    if not process.ssh_password_in_csv:
+        return access
+    settings = _ssh_settings(opts)
+    for worker in _workers_by_line(csv_path).values():
+        if worker.ip == process.host and worker.ssh_password \
+                and host_access(worker, settings).username == access.username:
+            return dataclasses.replace(access, password=worker.ssh_password)
+    raise KeyError(f"{csv_path} no longer has a password for {access.label}")
+
+
+def _remote_logged(process: Process, opts: FrontendOptions, csv_path: str,
                    arguments: list[str], timeout: float = 60.0) -> tuple[int, str]:
     """Run `python -m impala.launcher.logged ARGUMENTS` in the process's checkout on its
-    host; raises ConnectionError, or KeyError if the CSV no longer lists its line."""
-    access = host_access(workers[process.csv_line], _ssh_settings(opts))
+    host, over the login recorded at start; raises ConnectionError or KeyError."""
+    access = _recorded_access(process, opts, csv_path)
     command = shlex.join([process.remote_python, "-m", "impala.launcher.logged", *arguments])
     return run_remote(access, f"cd {shlex.quote(process.workdir)} && {command}", timeout)
 
 
-def _stop_one(process: Process, opts: FrontendOptions, workers: dict[int, WorkerSpec]) -> str:
+def _stop_one(process: Process, opts: FrontendOptions, csv_path: str) -> str:
     grace = LEARNER_STOP_GRACE_S if process.role == "learners" else ACTOR_STOP_GRACE_S
     results = []
     if process.remote_pidfile:
         try:
             code, output = _remote_logged(
-                process, opts, workers,
+                process, opts, csv_path,
                 ["--stop", process.remote_pidfile, "--grace_s", str(grace)], grace + 30)
             results.append(f"remote: {output.strip() or code}")
         except (ConnectionError, KeyError) as exc:
@@ -389,9 +425,8 @@ def _stop_one(process: Process, opts: FrontendOptions, workers: dict[int, Worker
 
 def stop_processes(processes: list[Process], opts: FrontendOptions, csv_path: str) -> bool:
     """Stop every recorded process in parallel; True if none had to be given up on."""
-    workers = _workers_by_line(csv_path)
     with ThreadPoolExecutor(max_workers=max(1, len(processes))) as pool:
-        results = list(pool.map(lambda p: _stop_one(p, opts, workers), processes))
+        results = list(pool.map(lambda p: _stop_one(p, opts, csv_path), processes))
     ok = True
     for process, result in zip(processes, results, strict=True):
         print(f"  {process.name} on {process.host}: {result}", flush=True)
@@ -434,12 +469,12 @@ def status_run(opts: FrontendOptions, run_dir: Path) -> int:
     if record is None:
         print(f"error: no cluster.json in {run_dir}", file=sys.stderr)
         return 1
-    workers = _workers_by_line(record["workers_csv_path"])
     for p in (Process(**p) for p in record["processes"]):
         alive = logged.is_running(Path(p.pidfile))
         if p.remote_pidfile:
             try:
-                _, output = _remote_logged(p, opts, workers, ["--status", p.remote_pidfile])
+                _, output = _remote_logged(p, opts, record["workers_csv_path"],
+                                           ["--status", p.remote_pidfile])
                 alive = output.startswith("alive")
             except (ConnectionError, KeyError) as exc:
                 print(f"{p.name:10s} {p.host:15s} unknown ({exc})")
@@ -508,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
             workers = read_cluster_csv(opts.workers_csv_path)
         for warning in caught:
             print(f"warning: {warning.message}", file=sys.stderr)
+        problems = _local_workdir_problems(workers)
+        if problems:
+            raise ClusterFileError(Path(opts.workers_csv_path), problems)
     except ClusterFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
