@@ -71,7 +71,7 @@ def run_training(args, logdir: Path) -> dict[str, float]:
                f"--learner_threads={args.learner_threads}", f"--batch_size={args.batch_size}",
                f"--unroll_length={args.unroll_length}", f"--total_environment_frames={args.frames}",
                f"--logdir={logdir}", "--log_interval_s=2", f"--learner_host=127.0.0.1:{args.port}",
-               "--allreduce_backend=none"]
+               "--allreduce_backend=none", f"--auth={args.auth}"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu: dict[int, tuple[str, float]] = {}
     learner = psutil.Process(proc.pid)
@@ -109,6 +109,8 @@ def main() -> None:
     parser.add_argument("--unroll_length", type=int, default=20)
     parser.add_argument("--frames", type=int, default=400_000)
     parser.add_argument("--port", type=int, default=18555)
+    parser.add_argument("--auth", default="curve", choices=("curve", "none"),
+                        help="the learner's --auth: compare CurveZMQ's cost with none")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # run `finally` on SIGTERM too
 
@@ -138,6 +140,7 @@ def main() -> None:
         "cpu_busy": (cpu["learner"] + cpu["actors"]) / (wall * cores),
         **terms,
     }
+    print(f"--auth={args.auth}")
     common.report("system", [row], list(row))
 
 
