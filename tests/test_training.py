@@ -210,7 +210,9 @@ def test_learner_killed_and_restarted_resumes_and_actors_reconnect(tmp_path):
     learner_args = ["--job_name=learner", *CARTPOLE_FLAGS, "--checkpoint_interval_s=1",
                     "--total_environment_frames=100000000", f"--logdir={tmp_path}",
                     f"--learner_host=127.0.0.1:{port}"]
-    actor = start(["--job_name=actor", "--task=0", *CARTPOLE_FLAGS,
+    # The actor shares the learner's run directory, where the learner creates the run's key
+    # file: started first, it waits for it.
+    actor = start(["--job_name=actor", "--task=0", *CARTPOLE_FLAGS, f"--logdir={tmp_path}",
                    f"--learner_host=127.0.0.1:{port}"], tmp_path / "actor.log")
     learner = start(learner_args, tmp_path / "learner.log")
     run_dir = tmp_path / RUN
