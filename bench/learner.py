@@ -14,11 +14,13 @@ import common  # noqa: F401 - puts the project on sys.path
 import torch
 
 from impala.distributed import SingleLearner
-from impala.learner import keep_freed_memory, learn_step, weights_arrays
+from impala.learner import learn_step
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
+from impala.process import keep_freed_memory
 from impala.transport import encode
+from impala.weights import weights_arrays
 
 ATARI = (4, 84, 84)
 ACTIONS = 6

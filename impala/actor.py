@@ -20,11 +20,11 @@ import torch
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.envs import EnvSettings, create_env, frame_stack_of
-from impala.learner import weights_schema
 from impala.nets import Agent, AgentOutput, create_agent
 from impala.process import lower_priority
 from impala.rollout import UnrollLayout, core_shapes_of
 from impala.transport import ActorSocket, WireError, decode, encode
+from impala.weights import weights_schema
 
 log = logging.getLogger("actor")
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from impala.losses import REWARD_CLIPPING_MODES
+# How the loss clips rewards (impala/losses.py); here so that reading flags needs no torch.
+REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
 
 
 def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:

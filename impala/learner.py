@@ -1,14 +1,13 @@
-"""The learner: consume unrolls from its actors, compute the IMPALA loss, keep in sync with
-the other learners through the allreduce backend, and publish new weights.
+"""The learner: train on batches of unrolls, keep in sync with the other learners through
+the allreduce backend, publish new weights, log and checkpoint.
 
-Two threads: `UnrollReceiver` reads the socket, validates each message and copies it
-straight into a preallocated batch (so the next batch is assembled while the current one
-trains) and answers weight requests; the training loop in `Learner.run` does the updates.
+The socket thread (`impala.receiver.UnrollReceiver`) fills batches and answers weight
+requests; `Learner.run` owns the training loop.
 """
 
 from __future__ import annotations
 
-import ctypes
+import dataclasses
 import logging
 import math
 import os
@@ -20,14 +19,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from impala import auth, checkpoint
 from impala.config import PRESETS, Config, parse_host_port
 from impala.curves import CurvePlotter
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import EnvSettings, describe_env
-from impala.framestack import FrameStreams, StreamGap
 from impala.logs import (
     EPISODE_COLUMNS,
     LOG_COLUMNS,
@@ -40,203 +37,41 @@ from impala.logs import (
 from impala.losses import LossSettings, impala_loss
 from impala.nets import Agent, create_agent
 from impala.optim import RMSpropTF
+from impala.process import keep_freed_memory
+from impala.receiver import ReceiverStopped, UnrollReceiver
 from impala.rollout import (
-    MAX_COUNTER,
     Batch,
     BatchQueue,
     UnrollLayout,
     batch_to_device,
-    check_unroll_values,
     core_shapes_of,
-    parse_stream_meta,
-    parse_unroll_meta,
 )
-from impala.transport import (
-    MAX_HEADER_BYTES,
-    DropLog,
-    FieldSpec,
-    LearnerSocket,
-    Message,
-    WireError,
-    decode,
-    encode,
-    meta_int,
-)
+from impala.transport import MAX_HEADER_BYTES, LearnerSocket
+from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
 
-# Peers asked to restart their frame streams that have not asked for weights yet: bounded,
-# since peers that went away never do (such a peer just restarts once more).
-MAX_PENDING_RESTARTS = 10_000
-# The control vector allreduced before every update (one small collective per update).
-STOP, FRAMES, RETURN_SUM, LENGTH_SUM, EPISODES, LOG_NOW, CHECKPOINT_NOW = range(7)
 
 
-# mallopt(3) options (glibc's malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+@dataclass
+class Control:
+    """What every rank must agree on before an update: each rank fills in its part and one
+    small allreduce (a float64 vector) sums them, once per update."""
 
+    stop: float = 0.0  # > 0: some rank has no batch, or was asked to stop
+    frames: float = 0.0  # consumed by this update, over all ranks
+    return_sum: float = 0.0  # of the episodes that ended in this update's batches
+    length_sum: float = 0.0
+    episodes: float = 0.0
+    log_now: float = 0.0  # rank 0's clock decides, so all ranks log and save together
+    checkpoint_now: float = 0.0
 
-def keep_freed_memory(threshold_bytes: int = 1 << 30) -> bool:
-    """Let glibc reuse the learner's large freed blocks instead of giving them back.
+    def to_array(self) -> np.ndarray:
+        return np.array(dataclasses.astuple(self), dtype=np.float64)
 
-    glibc serves blocks over 32 MiB straight from mmap and unmaps them when freed; the
-    first conv layer's activations for a [81, 8] batch are 33 MiB, so every update faulted
-    in fresh zeroed pages: 1.6M page faults and 19% of a 1-thread learner's time in the
-    kernel (bench/learner.py, T=80, B=8), none with this. The learner's memory then stays
-    at its peak, which it reaches every update anyway. False where there is no glibc.
-    """
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # macOS, musl
-        return False
-    return all(mallopt(option, threshold_bytes) == 1
-               for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
-
-
-def weights_schema(model: nn.Module) -> dict[str, FieldSpec]:
-    return {name: FieldSpec(str(t.dtype).removeprefix("torch."), tuple(t.shape))
-            for name, t in model.state_dict().items()}
-
-
-def weights_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    """A copy of the weights as numpy arrays (the optimizer changes the originals in place)."""
-    return {name: t.detach().to("cpu", copy=True).numpy()
-            for name, t in model.state_dict().items()}
-
-
-def finite_weights(model: nn.Module) -> dict[str, np.ndarray]:
-    """`weights_arrays`, refusing to hand NaN or infinite weights to any actor."""
-    arrays = weights_arrays(model)
-    bad = [name for name, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
-    if bad:
-        raise FloatingPointError(f"parameters became non-finite ({', '.join(bad[:5])}); "
-                                 "not publishing them")
-    return arrays
-
-
-class UnrollReceiver(threading.Thread):
-    """Socket thread: unrolls into the BatchQueue, weight requests answered from `publish`."""
-
-    def __init__(self, sock: LearnerSocket, layout: UnrollLayout, batches: BatchQueue,
-                 max_bytes: int, name: str) -> None:
-        super().__init__(name="unroll-receiver", daemon=True)
-        self.sock = sock
-        self.layout = layout
-        self.batches = batches
-        self.max_bytes = max_bytes
-        self.learner_name = name
-        self.schemas = {"unroll": layout.schema(), "weights_request": None}
-        self.streams: FrameStreams | None = None
-        if layout.frame_stack:
-            self.schemas["unroll_continued"] = layout.schema(continued=True)
-            stack, *frame_shape = layout.observation_shape
-            self.streams = FrameStreams(layout.unroll_length, stack, tuple(frame_shape),
-                                        layout.observation_dtype)
-        self.drops = DropLog(log.warning)
-        self.stop_event = threading.Event()
-        self.unrolls = 0
-        self.unroll_bytes = 0  # on the wire, headers included (for bench/system.py)
-        self.stream_restarts = 0  # unrolls dropped because their stream could not go on
-        self.senders: set[str] = set()
-        self._restart_requested: set[bytes] = set()  # peers told to start their streams again
-        self._weights: tuple[int, dict[str, np.ndarray], list[Any]] | None = None
-        self._lock = threading.Lock()
-        self.error: str | None = None  # why `run` ended, if it ended by itself
-
-    def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
-        frames = encode("weights", self.learner_name, arrays, version=version)
-        with self._lock:
-            self._weights = (version, arrays, frames)
-
-    def run(self) -> None:
-        """Serve until stopped. A message that fails in any way is a counted drop; if the
-        loop itself fails (the socket, a bug), `error` says why and the learner exits."""
-        try:
-            while not self.stop_event.is_set():
-                received = self.sock.receive(timeout_ms=100)
-                if received is not None:
-                    self._handle(*received)
-        except BaseException as exc:  # noqa: BLE001 - reported through `error` and the log
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.exception("the unroll receiver stopped")
-
-    def _handle(self, identity: bytes, frames: list[Any]) -> None:
-        try:
-            message = decode(frames, self.schemas, self.max_bytes)
-            if message.kind == "weights_request":
-                self._answer_weights_request(identity, message.meta)
-            else:
-                self.unroll_bytes += sum(len(frame) for frame in frames)
-                self._take_unroll(identity, message)
-        except WireError as exc:
-            self.drops.drop(_peer_label(identity, frames), str(exc))
-        except Exception as exc:  # noqa: BLE001 - whatever a message makes raise, it is dropped
-            self.drops.drop(_peer_label(identity, frames),
-                            f"unexpected {type(exc).__name__}: {exc}")
-
-    def _take_unroll(self, identity: bytes, message: Message) -> None:
-        version, episodes = parse_unroll_meta(message, max_episodes=self.layout.unroll_length + 1)
-        check_unroll_values(message.arrays, self.layout.num_actions)
-        stream_key = None
-        if self.streams is not None:
-            stream, seq = parse_stream_meta(message)
-            # Keyed by the ZeroMQ identity, which a peer cannot choose (a name it can).
-            stream_key = (identity, stream)
-            if message.kind == "unroll_continued":
-                try:
-                    message.arrays["frames"] = self.streams.continued(
-                        stream_key, seq, message.arrays["frames"])
-                except StreamGap as gap:
-                    self._restart_streams(identity, message.sender, str(gap))
-                    return
-        if self.batches.add(message, version, episodes, self.stop_event):
-            self.unrolls += 1
-            self.senders.add(message.sender)
-            if stream_key is not None:
-                self.streams.remember(stream_key, seq, message.arrays["frames"],
-                                      message.arrays["episode_start"])
-
-    def _restart_streams(self, identity: bytes, sender: str, why: str) -> None:
-        """Drop an unroll whose stream cannot go on; the answer to the peer's next weights
-        request asks it to send self-contained unrolls again."""
-        self.stream_restarts += 1
-        if identity not in self._restart_requested:
-            if len(self._restart_requested) >= MAX_PENDING_RESTARTS:  # peers that left
-                self._restart_requested.pop()
-            self._restart_requested.add(identity)
-            self.streams.forget(identity)
-            log.info("%s: an unroll %s; asking it to restart its frame streams "
-                     "(%d unrolls dropped for this so far)", sender[:50], why,
-                     self.stream_restarts)
-
-    def _answer_weights_request(self, identity: bytes, meta: dict[str, Any]) -> None:
-        have = meta_int(meta, "version", -1, MAX_COUNTER)
-        with self._lock:
-            current = self._weights
-        restart = {}
-        if identity in self._restart_requested:
-            self._restart_requested.discard(identity)
-            restart = {"restart_streams": True}
-        if current is None or current[0] == have:
-            self.sock.send(identity, encode("no_update", self.learner_name,
-                                            version=current[0] if current else -1, **restart))
-        elif restart:  # the weights with one more header field; the buffers are not copied
-            self.sock.send(identity, encode("weights", self.learner_name, current[1],
-                                            version=current[0], **restart))
-        else:
-            self.sock.send(identity, current[2])
-
-
-class ReceiverStopped(RuntimeError):
-    """The socket thread ended while the learner was running."""
-
-
-def _peer_label(identity: bytes, frames: list[Any]) -> str:
-    try:
-        address = frames[0].get("Peer-Address")
-    except Exception:  # noqa: BLE001 - a label only; any failure just omits the address
-        address = "?"
-    return f"peer {identity.hex()} at {address}"
+    @classmethod
+    def from_array(cls, values: np.ndarray) -> Control:
+        return cls(*(float(v) for v in values))
 
 
 def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
@@ -438,47 +273,47 @@ class Learner:
                 continue
             waiting_since = time.time()
             now = time.time()
-            control = self._control(
+            control = self._agree(
                 batch,
                 log_now=now - interval.start_time >= cfg.log_interval_s,
                 checkpoint_now=now - last_checkpoint >= cfg.checkpoint_interval_s,
             )
-            if control[STOP] > 0:
+            if control.stop > 0:
                 if batch is not None:
                     batches.release(batch)
                 return "stopped"
-            stats = self._update(batch, interval, writers["episodes"])
+            stats = self._update(batch, interval)
+            self._write_episodes(batch, writers["episodes"])
             batches.release(batch)
             self._accumulate(interval, control, stats)
+            receiver.publish(self.counters.version, finite_weights(self.model))
             # The frame count is global, so every rank finishes on the same update; its last
             # row is written once even when rank 0's log tick falls on it too.
             finished = self.counters.frames >= cfg.total_environment_frames
-            if control[LOG_NOW] > 0 or finished:
+            if control.log_now > 0 or finished:
                 self._write_logs(interval, receiver, batches, writers, run_start, run_start_frames)
                 interval = IntervalStats(start_frames=self.counters.frames)
-            if control[CHECKPOINT_NOW] > 0:
+            if control.checkpoint_now > 0:
                 self.save_checkpoint()
                 last_checkpoint = time.time()
             if finished:
                 log.info("reached %d frames: done", self.counters.frames)
                 return "finished"
 
-    def _control(self, batch: Batch | None, log_now: bool, checkpoint_now: bool) -> np.ndarray:
-        """Allreduce what every rank must agree on before an update."""
-        vector = np.zeros(7)
-        vector[STOP] = float(batch is None or self.stop_requested.is_set())
+    def _agree(self, batch: Batch | None, log_now: bool, checkpoint_now: bool) -> Control:
+        """This rank's part of the Control, summed over every rank."""
+        mine = Control(stop=float(batch is None or self.stop_requested.is_set()))
         if batch is not None:
-            vector[FRAMES] = self.frames_per_update
-            vector[RETURN_SUM] = sum(batch.episodes.returns)
-            vector[LENGTH_SUM] = sum(batch.episodes.lengths)
-            vector[EPISODES] = len(batch.episodes.returns)
-        if self.is_chief:  # rank 0's clock decides, so all ranks log and save together
-            vector[LOG_NOW] = float(log_now)
-            vector[CHECKPOINT_NOW] = float(checkpoint_now)
-        return self.backend.allreduce_sum(vector)
+            mine.frames = self.frames_per_update
+            mine.return_sum = sum(batch.episodes.returns)
+            mine.length_sum = sum(batch.episodes.lengths)
+            mine.episodes = len(batch.episodes.returns)
+        if self.is_chief:
+            mine.log_now, mine.checkpoint_now = float(log_now), float(checkpoint_now)
+        return Control.from_array(self.backend.allreduce_sum(mine.to_array()))
 
-    def _update(self, batch: Batch, interval: IntervalStats, episode_log: CsvLog
-                ) -> dict[str, float]:
+    def _update(self, batch: Batch, interval: IntervalStats) -> dict[str, float]:
+        """One training step at the scheduled learning rate; its logged scalars."""
         cfg = self.cfg
         progress = min(1.0, self.counters.frames / cfg.total_environment_frames)
         learning_rate = cfg.learning_rate * (1.0 - progress)
@@ -490,29 +325,30 @@ class Learner:
                            self.loss_settings, cfg.gradients_clipping)
         stats["learning_rate"] = learning_rate
         interval.lags.append(self.counters.version - float(np.mean(batch.policy_versions)))
+        return stats
+
+    def _write_episodes(self, batch: Batch, episode_log: CsvLog) -> None:
         now = time.time()
         for episode_return, length in zip(batch.episodes.returns, batch.episodes.lengths,
                                           strict=True):
             episode_log.write({"time": now, "frames": self.counters.frames,
                                "episode_return": episode_return, "episode_length": length})
-        return stats
 
-    def _accumulate(self, interval: IntervalStats, control: np.ndarray,
+    def _accumulate(self, interval: IntervalStats, control: Control,
                     stats: dict[str, float]) -> None:
-        self.counters.frames += int(control[FRAMES])
+        self.counters.frames += int(control.frames)
         self.counters.updates += 1
         self.counters.version += 1
         interval.local_frames += self.frames_per_update
-        interval.return_sum += control[RETURN_SUM]
-        interval.length_sum += control[LENGTH_SUM]
-        interval.episodes += control[EPISODES]
+        interval.return_sum += control.return_sum
+        interval.length_sum += control.length_sum
+        interval.episodes += control.episodes
         if stats.pop("skipped"):
             self.skipped_updates += 1
             log.warning("update %d skipped: non-finite loss or gradient (grad norm %s); "
                         "%d skipped so far", self.counters.updates, stats["grad_norm"],
                         self.skipped_updates)
         interval.last = stats
-        self.receiver.publish(self.counters.version, finite_weights(self.model))
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
                     writers: dict[str, Any], run_start: float, run_start_frames: int) -> None:

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from impala import vtrace
-
-REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
+from impala.config import REWARD_CLIPPING_MODES
 
 
 def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:

@@ -20,8 +20,8 @@ import torch
 
 from impala.actor import Actor
 from impala.config import Config
-from impala.learner import weights_arrays
 from impala.rollout import BatchQueue
+from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
 from tests.test_streams import start_receiver, stop_receiver
 

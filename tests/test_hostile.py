@@ -18,10 +18,11 @@ import zmq
 
 from impala.config import Config
 from impala.distributed import SingleLearner
-from impala.learner import Learner, ReceiverStopped, learn_step
+from impala.learner import Learner, learn_step
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
+from impala.receiver import ReceiverStopped
 from impala.rollout import BatchQueue, UnrollLayout
 from impala.transport import encode
 from tests.helpers import (

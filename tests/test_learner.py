@@ -12,7 +12,7 @@ from tests.helpers import ROOT
 
 FAULTS_PER_ALLOCATION = """
 import resource, torch
-from impala.learner import keep_freed_memory
+from impala.process import keep_freed_memory
 
 def faults_per_allocation():
     # A 100 MiB block, freed at once: like a conv layer's activations in every update.

@@ -18,10 +18,11 @@ from impala.actor import Actor, WeightsClient
 from impala.config import Config
 from impala.envs import EnvSettings, create_env
 from impala.framestack import FrameStreams, StreamGap, rebuild_stacks, split_stacks
-from impala.learner import UnrollReceiver, weights_arrays
 from impala.nets import create_agent
+from impala.receiver import UnrollReceiver
 from impala.rollout import BatchQueue, UnrollLayout
 from impala.transport import ActorSocket, FieldSpec, LearnerSocket, decode, encode
+from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
 
 T, S = 20, 4
