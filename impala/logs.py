@@ -79,7 +79,6 @@ class RunMeta:
     """meta.json: written at start, completed with end time and exit status at the end."""
 
     def __init__(self, run_dir: Path, flags: dict[str, Any], role: str,
-                 hosts: list[str] | None = None,
                  preset: dict[str, Any] | None = None) -> None:
         self.path = run_dir / "meta.json"
         previous = self._read()
@@ -91,7 +90,6 @@ class RunMeta:
             "preset_values": preset or {},
             "role": role,
             "host": socket.gethostname(),
-            "hosts": hosts or [],
             "python": sys.version.split()[0],
             **git_state(repo),
             "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -24,19 +24,17 @@ CoreState = tuple[torch.Tensor, ...]
 class AgentOutput(NamedTuple):
     policy_logits: torch.Tensor  # [T, B, A]
     baseline: torch.Tensor  # [T, B]
-    action: torch.Tensor  # [T, B] int64, sampled from the policy (or greedy)
+    action: torch.Tensor  # [T, B] int64, sampled from the policy
 
 
 class Agent(nn.Module):
-    """Base class: subclasses define `torso` ([N, *obs] float -> [N, F]) and `torso_size`."""
-
-    torso_size: int
+    """Base class: subclasses define `torso` ([N, *obs] float -> [N, F]) and build the heads
+    on its output plus the one-hot last action and the clipped reward."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
         super().__init__()
         self.observation_shape = tuple(observation_shape)
         self.num_actions = num_actions
-        self.greedy = False  # True: take the most likely action instead of sampling
 
     # Subclasses that have a recurrent core override these two.
     def initial_state(self, batch_size: int) -> CoreState:
@@ -82,10 +80,8 @@ class Agent(nn.Module):
 
         policy_logits = self.policy(core_output)
         baseline = self.baseline(core_output).squeeze(-1)
-        if self.greedy:
-            action = policy_logits.argmax(dim=-1)
-        else:
-            action = torch.multinomial(F.softmax(policy_logits, dim=-1), num_samples=1).squeeze(-1)
+        # Sampled in every mode, --mode=test too, as the paper's evaluation does.
+        action = torch.multinomial(F.softmax(policy_logits, dim=-1), num_samples=1).squeeze(-1)
         return (
             AgentOutput(
                 policy_logits=policy_logits.view(T, B, self.num_actions),
@@ -103,7 +99,6 @@ class MLPAgent(Agent):
                  hidden_size: int = 64) -> None:
         super().__init__(observation_shape, num_actions)
         inputs = math.prod(observation_shape)
-        self.torso_size = hidden_size
         self.mlp = nn.Sequential(
             nn.Linear(inputs, hidden_size), nn.Tanh(),
             nn.Linear(hidden_size, hidden_size), nn.Tanh(),
@@ -128,7 +123,6 @@ class SimpleConvNetAgent(Agent):
         )
         conv_out = _flat_size(self.convs, observation_shape)
         self.fc = nn.Sequential(nn.Linear(conv_out, 512), nn.ReLU())
-        self.torso_size = 512
         self._build_heads(512 + num_actions + 1)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,7 +173,6 @@ class ResNetAgent(Agent):
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
         super().__init__(observation_shape, num_actions)
         self.resnet = _ResNetTorso(observation_shape)
-        self.torso_size = 256
         self._build_heads(256 + num_actions + 1)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
