@@ -88,13 +88,6 @@ def test_uint8_observations_are_scaled_inside_the_net():
     torch.testing.assert_close(from_uint8, from_float)
 
 
-def test_greedy_takes_the_most_likely_action():
-    agent = nets.create_agent("MLPAgent", (4,), 3)
-    agent.greedy = True
-    output, _ = agent(*inputs(5, 2, (4,), torch.float32))
-    assert torch.equal(output.action, output.policy_logits.argmax(-1))
-
-
 def test_lookup_is_case_insensitive_and_lists_valid_names():
     assert nets.agent_class("simpleconvnetagent") is nets.SimpleConvNetAgent
     assert nets.agent_class("ResNetLSTMAgent") is nets.ResNetLSTMAgent
