@@ -1,0 +1,256 @@
+"""The plan of a run: from the CSV's workers and the flags, what runs where, computed once.
+
+Pure: nothing here starts, checks or touches a host. `build_plan` returns the learners'
+mpirun and one process per actor (local, over OpenSSH, or through the password relay),
+with every path, pidfile and log; `--dry_run` prints it; the preflight and key copies
+derive from the same workers and options.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from impala import auth
+from impala.config import Config
+from impala.launcher.cluster import LearnerGroup, WorkerSpec, learner_groups
+from impala.launcher.keys import KeyCopy
+from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
+from impala.launcher.ssh import (
+    HostAccess,
+    PreflightCheck,
+    SshSettings,
+    host_access,
+    is_local,
+    local_addresses,
+    mpirun_ssh_agent,
+    openssh_argv,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+# Flags that the frontend sets per process instead of passing through.
+PER_PROCESS_FLAGS = ("job_name", "task", "learner_host", "num_actors", "num_envs", "mode",
+                     "actor_hosts", "run_name", "logdir")
+
+
+@dataclass(frozen=True)
+class FrontendOptions:
+    workers_csv_path: str
+    tmux_sess: str = "impala"
+    dry_run: bool = False
+    force: bool = False
+    detach: bool = False
+    stop: bool = False
+    status: bool = False
+    mpi_iface: str = ""
+    ssh_config: str = ""
+    ssh_options: str = ""
+    remote_workdir: str = ""
+    remote_python: str = ""
+    master_port: int = 29500
+    summary_interval_s: float = 10.0
+
+
+@dataclass
+class Process:
+    """One pane of the run, and where its pidfiles and log are."""
+
+    name: str  # learners, actor-0, actor-1, ...
+    role: str  # learners or actor
+    host: str
+    local: bool
+    title: str
+    workdir: str  # on its host
+    command: list[str]  # what the pane runs, on this host
+    pidfile: str  # of the pane's wrapper, on this host
+    log: str  # on this host
+    remote_pidfile: str = ""  # of the process itself on a remote host
+    remote_python: str = ""
+    csv_line: int = 0
+    # How --stop and --status reach a remote process: the login used at start, without
+    # the password (never written); a password login reads it from the CSV again.
+    ssh: dict[str, Any] = field(default_factory=dict)
+    ssh_password_in_csv: bool = False
+
+
+@dataclass
+class Plan:
+    run_dir: Path
+    groups: list[LearnerGroup]
+    learners: Process  # the one mpirun of every learner
+    actors: list[Process]
+
+    @property
+    def processes(self) -> list[Process]:
+        return [self.learners, *self.actors]
+
+
+def run_dir_on(workdir: str, logdir: str, run_name: str) -> str:
+    """The run directory on a host whose checkout is `workdir` (a relative --logdir is under it)."""
+    path = Path(logdir)
+    return str(path / run_name if path.is_absolute() else Path(workdir) / path / run_name)
+
+
+def _training_flags(cfg: Config) -> list[str]:
+    return [flag for flag in cfg.to_argv()
+            if flag.split("=", 1)[0].lstrip("-") not in PER_PROCESS_FLAGS]
+
+
+def workdir_of(worker: WorkerSpec, local: bool, opts: FrontendOptions) -> str:
+    """The project checkout a worker runs in: this one locally; the CSV's, the flag's, or
+    this checkout's path remotely."""
+    if local:
+        return str(PROJECT_ROOT)
+    return worker.workdir or opts.remote_workdir or str(PROJECT_ROOT)
+
+
+def python_of(worker: WorkerSpec, local: bool, workdir: str, opts: FrontendOptions) -> str:
+    """The interpreter a worker runs: the CSV's, else this one locally and the checkout's
+    .venv remotely (or --remote_python)."""
+    if local:
+        return worker.python or sys.executable
+    return worker.python or opts.remote_python or f"{workdir}/.venv/bin/python"
+
+
+def local_workdir_problems(workers: list[WorkerSpec]) -> list[str]:
+    """A workdir on a row of this host would be silently ignored: refuse it instead."""
+    addresses = local_addresses()
+    return [f"line {w.line}, column workdir: {w.ip} is this host, whose processes run in "
+            f"this checkout ({PROJECT_ROOT}); leave workdir empty for local rows"
+            for w in workers
+            if w.workdir and is_local(w.ip, addresses)
+            and Path(w.workdir).resolve() != PROJECT_ROOT]
+
+
+def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
+    addresses = local_addresses()
+    settings = ssh_settings(opts)
+    run_name = cfg.resolved_run_name
+    run_dir = Path(run_dir_on(str(PROJECT_ROOT), cfg.logdir, run_name))
+    common = _training_flags(cfg) + [f"--logdir={cfg.logdir}", f"--run_name={run_name}"]
+    groups = learner_groups(workers)
+    wrapper = [sys.executable, "-m", "impala.launcher.logged"]
+    learners = []
+    for group in groups:
+        worker = group.learner
+        local = is_local(worker.ip, addresses)
+        workdir = workdir_of(worker, local, opts)
+        learners.append(LearnerLaunch(worker.ip, worker.port,
+                                      python_of(worker, local, workdir, opts), workdir,
+                                      worker.cuda_visible_devices))
+    mpi = mpirun_command(learners, common, MpiOptions(
+        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(settings),
+        master_port=opts.master_port))
+    learners_process = Process(
+        name="learners", role="learners", host=", ".join(sorted({w.ip for w in
+                                                                 (g.learner for g in groups)})),
+        local=True, title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
+        command=[*wrapper, "--pidfile", str(run_dir / "pids" / "learners.pid"),
+                 "--log", str(run_dir / "mpirun.log"), "--", *mpi],
+        pidfile=str(run_dir / "pids" / "learners.pid"), log=str(run_dir / "mpirun.log"))
+
+    # Actor i is the i-th actor of the file and serves learner i mod L.
+    actors = [_actor_process(cfg, opts, settings, worker, groups[task % len(groups)], task,
+                             common, run_dir, addresses)
+              for task, worker in enumerate(w for w in workers if w.job == "actor")]
+    return Plan(run_dir=run_dir, groups=groups, learners=learners_process, actors=actors)
+
+
+def _actor_process(cfg: Config, opts: FrontendOptions, settings: SshSettings,
+                   worker: WorkerSpec, group: LearnerGroup, task: int, common: list[str],
+                   run_dir: Path, addresses: set[str]) -> Process:
+    local = is_local(worker.ip, addresses)
+    workdir = workdir_of(worker, local, opts)
+    python = python_of(worker, local, workdir, opts)
+    name = f"actor-{task}"
+    actor = ["env", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}", python,
+             "experiment.py", "--job_name=actor", f"--task={task}",
+             f"--learner_host={group.learner.address}",
+             f"--num_envs={worker.num_envs or cfg.num_envs}", *common]
+    pidfile = str(run_dir / "pids" / f"{name}.pid")
+    log = str(run_dir / f"{name}.log")
+    wrapper = [sys.executable, "-m", "impala.launcher.logged"]
+    title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
+    if local:
+        return Process(name, "actor", worker.ip, True, title, workdir,
+                       [*wrapper, "--pidfile", pidfile, "--log", log, "--", *actor],
+                       pidfile, log, csv_line=worker.line)
+    remote_run_dir = run_dir_on(workdir, cfg.logdir, cfg.resolved_run_name)
+    remote_pidfile = f"{remote_run_dir}/pids/{name}.pid"
+    remote_line = (f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m "
+                   f"impala.launcher.logged --pidfile {shlex.quote(remote_pidfile)} -- "
+                   f"{shlex.join(actor)}")
+    if worker.ssh_password:
+        # OpenSSH cannot take a password non-interactively: a paramiko relay reads it from
+        # the CSV itself, so it is on no command line.
+        transport = [sys.executable, "-m", "impala.launcher.relay", "--csv",
+                     str(Path(opts.workers_csv_path).resolve()), "--line", str(worker.line)]
+        if opts.ssh_config:
+            transport += ["--ssh_config", opts.ssh_config]
+        transport += ["--", "sh", "-c", remote_line]
+    else:
+        transport = [*openssh_argv(host_access(worker, settings), settings, tty=True),
+                     remote_line]
+    local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
+    login = {k: v for k, v in asdict(host_access(worker, settings)).items() if k != "password"}
+    return Process(name, "actor", worker.ip, False, title, workdir,
+                   [*wrapper, "--pidfile", local_pidfile, "--log", log, "--", *transport],
+                   local_pidfile, log, remote_pidfile=remote_pidfile, remote_python=python,
+                   csv_line=worker.line, ssh=login,
+                   ssh_password_in_csv=bool(worker.ssh_password))
+
+
+def ssh_settings(opts: FrontendOptions) -> SshSettings:
+    return SshSettings(config_file=opts.ssh_config, options=tuple(shlex.split(opts.ssh_options)))
+
+
+def describe_plan(plan: Plan) -> str:
+    lines = [f"run directory: {plan.run_dir}", ""]
+    for group in plan.groups:
+        actors = ", ".join(a.address for a in group.actors) or "(none)"
+        lines.append(f"learner {group.rank} at {group.learner.address} "
+                     f"(CSV line {group.learner.line}): actors {actors}")
+    lines.append("")
+    for process in plan.processes:
+        where = "this host" if process.local else f"{process.host} via ssh"
+        lines.append(f"[{process.title}] on {where}, log {process.log}:")
+        lines.append(f"  {shlex.join(process.command)}")
+    return "\n".join(lines)
+
+
+def preflight_checks(plan: Plan, opts: FrontendOptions,
+                     workers: list[WorkerSpec]) -> list[PreflightCheck]:
+    """One check per distinct login (host, port, user, key, password), interpreter and
+    checkout: every row's own credentials are tried, rows that share them once."""
+    settings = ssh_settings(opts)
+    checks: dict[tuple[HostAccess, str, str], PreflightCheck] = {}
+    addresses = local_addresses()
+    learner_ips = {g.learner.ip for g in plan.groups}
+    for worker in workers:
+        if is_local(worker.ip, addresses):
+            continue
+        workdir = workdir_of(worker, False, opts)
+        python = python_of(worker, False, workdir, opts)
+        key = (host_access(worker, settings), python, workdir)
+        previous = checks.get(key)
+        lines = (previous.lines if previous else ()) + (worker.line,)
+        checks[key] = PreflightCheck(key[0], python, workdir,
+                                     needs_mpi=worker.ip in learner_ips, lines=lines)
+    return list(checks.values())
+
+
+def key_copies(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> list[KeyCopy]:
+    """Where each remote host's processes look for the run's key file: <run_dir>/keys."""
+    settings = ssh_settings(opts)
+    addresses = local_addresses()
+    copies: dict[tuple[HostAccess, str], tuple[int, ...]] = {}
+    for worker in workers:
+        if is_local(worker.ip, addresses):
+            continue  # local processes read this host's run directory
+        run_dir = run_dir_on(workdir_of(worker, False, opts), cfg.logdir, cfg.resolved_run_name)
+        key = (host_access(worker, settings), f"{run_dir}/{auth.KEYS_FILE}")
+        copies[key] = copies.get(key, ()) + (worker.line,)
+    return [KeyCopy(access, path, lines) for (access, path), lines in copies.items()]

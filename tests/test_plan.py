@@ -1,0 +1,85 @@
+"""The plan, tested on what it returns (no host is touched): who runs where, with which
+command, and what the preflight and the key copies will reach."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from impala.config import Config
+from impala.launcher.cluster import read_cluster_csv
+from impala.launcher.plan import (
+    PROJECT_ROOT,
+    FrontendOptions,
+    build_plan,
+    key_copies,
+    preflight_checks,
+)
+
+HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password,workdir\n"
+CSV = (HEADER
+       + "learner,127.0.0.1,8001,0,,,,\n"
+       + "learner,10.0.0.2,8001,,,alice,,/srv/impala\n"
+       + "actor,127.0.0.1,9001,,,,,\n"
+       + "actor,10.0.0.3,9001,,2222,bob,,\n"
+       + "actor,10.0.0.3,9002,,,carol,s3cret-pw,\n")
+
+
+def plan_of(tmp_path, **flags):
+    path = tmp_path / "hosts.csv"
+    path.write_text(CSV)
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", logdir="runs", **flags)
+    opts = FrontendOptions(workers_csv_path=str(path), ssh_config=str(tmp_path / "none"))
+    (tmp_path / "none").write_text("")
+    workers = read_cluster_csv(path)
+    return cfg, opts, workers, build_plan(cfg, opts, workers)
+
+
+def test_learners_are_one_mpirun_and_each_actor_serves_learner_i_mod_l(tmp_path):
+    _, _, _, plan = plan_of(tmp_path)
+    assert plan.run_dir == PROJECT_ROOT / "runs" / "CartPole-v1_MLPAgent"
+    assert plan.learners.name == "learners" and plan.learners.local
+    mpi = plan.learners.command[plan.learners.command.index("--") + 1:]
+    assert mpi[0] == "mpirun" and "127.0.0.1:1,10.0.0.2:1" in mpi
+    assert "/srv/impala" in mpi  # the second learner's checkout, from the CSV
+    assert [a.name for a in plan.actors] == ["actor-0", "actor-1", "actor-2"]
+    assert [a.title.rsplit(" ", 1)[1] for a in plan.actors] == ["0", "1", "0"]
+    assert plan.processes == [plan.learners, *plan.actors]
+
+
+def test_a_local_actor_runs_directly_and_a_remote_one_over_its_own_login(tmp_path):
+    _, _, _, plan = plan_of(tmp_path)
+    local, keyed, password = plan.actors
+    assert local.local and local.command[:3] == [sys.executable, "-m", "impala.launcher.logged"]
+    assert "--learner_host=127.0.0.1:8001" in local.command
+    assert not keyed.local and "bob@10.0.0.3" in keyed.command
+    assert keyed.command[keyed.command.index("-p") + 1] == "2222"
+    assert keyed.ssh["username"] == "bob" and "password" not in keyed.ssh
+    # The password login goes through the relay, which reads the CSV: no password anywhere.
+    assert "impala.launcher.relay" in password.command and password.ssh_password_in_csv
+    assert "s3cret-pw" not in shlex.join(password.command) + repr(password)
+
+
+def test_preflight_checks_every_distinct_login_and_keys_go_to_every_remote_host(tmp_path):
+    cfg, opts, workers, plan = plan_of(tmp_path)
+    checks = preflight_checks(plan, opts, workers)
+    assert sorted((c.access.label, c.lines, c.needs_mpi) for c in checks) == [
+        ("alice@10.0.0.2:22", (3,), True),
+        ("bob@10.0.0.3:2222", (5,), False),
+        ("carol@10.0.0.3:22", (6,), False),
+    ]
+    copies = key_copies(cfg, opts, workers)
+    assert sorted((c.access.label, c.path) for c in copies) == [
+        ("alice@10.0.0.2:22", "/srv/impala/runs/CartPole-v1_MLPAgent/keys/run.keys"),
+        ("bob@10.0.0.3:2222", f"{PROJECT_ROOT}/runs/CartPole-v1_MLPAgent/keys/run.keys"),
+        ("carol@10.0.0.3:22", f"{PROJECT_ROOT}/runs/CartPole-v1_MLPAgent/keys/run.keys"),
+    ]
+
+
+def test_training_flags_reach_every_process_and_per_process_flags_are_set_per_process(
+        tmp_path):
+    _, _, _, plan = plan_of(tmp_path, batch_size=4, entropy_cost=0.02)
+    for process in plan.processes:
+        command = shlex.join(process.command)
+        assert "--batch_size=4" in command and "--entropy_cost=0.02" in command
+    assert all(f"--task={i}" in shlex.join(a.command) for i, a in enumerate(plan.actors))
