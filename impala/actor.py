@@ -19,7 +19,7 @@ import torch
 
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
-from impala.envs import EnvSettings, create_env, frame_stack_of
+from impala.envs import create_env, frame_stack_of
 from impala.nets import Agent, AgentOutput, create_agent
 from impala.process import lower_priority
 from impala.rollout import UnrollLayout, core_shapes_of
@@ -146,7 +146,7 @@ class Actor:
         self.stop = stop
         self.name = f"actor-{cfg.task}"
         torch.set_num_threads(1)
-        settings = EnvSettings(cfg.level_name, cfg.num_action_repeats, cfg.width, cfg.height)
+        settings = cfg.env_settings
         base_seed = cfg.seed * 10_007 + cfg.task * 101
         self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
         space = self.envs[0].observation_space

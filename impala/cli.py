@@ -6,7 +6,6 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 
 from impala.config import Config, parse_config
 from impala.logs import setup_logging
@@ -30,14 +29,11 @@ def install_stop_handlers(stop: threading.Event) -> None:
 
 
 def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) -> int:
-    import torch
-
     from impala.distributed import create_backend
     from impala.learner import Learner
 
-    device = torch.device("cuda" if cfg.learner_device == "cuda" else "cpu")
-    backend = create_backend(cfg.allreduce_backend, device)
-    run_dir = Path(cfg.logdir) / cfg.resolved_run_name
+    backend = create_backend(cfg.allreduce_backend, cfg.device_for())
+    run_dir = cfg.run_dir
     setup_logging(run_dir / f"learner-{backend.rank}.log", f"learner-{backend.rank}")
     if backend.name != cfg.allreduce_backend:
         log.info("not started by mpirun: running as a single learner (no %s allreduce)",

@@ -17,7 +17,13 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor gymnasium
+    import torch
+
+    from impala.envs import EnvSettings
+    from impala.losses import LossSettings
 
 # How the loss clips rewards (impala/losses.py); here so that reading flags needs no torch.
 REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
@@ -160,6 +166,26 @@ class Config:
     def run_dir(self) -> Path:
         """Where this run's logs, checkpoint and keys live (relative to the working dir)."""
         return Path(self.logdir) / self.resolved_run_name
+
+    @property
+    def env_settings(self) -> EnvSettings:
+        """How every process of the run creates its environments."""
+        from impala.envs import EnvSettings  # gymnasium only where environments are made
+
+        return EnvSettings(self.level_name, self.num_action_repeats, self.width, self.height)
+
+    @property
+    def loss_settings(self) -> LossSettings:
+        from impala.losses import LossSettings  # torch only where the loss is computed
+
+        return LossSettings(self.discounting, self.baseline_cost, self.entropy_cost,
+                            self.reward_clipping)
+
+    def device_for(self, local_rank: int = 0) -> torch.device:
+        """The learner's device: `cuda:<local rank>` (one GPU per rank on a host) or cpu."""
+        import torch
+
+        return torch.device(f"cuda:{local_rank}" if self.learner_device == "cuda" else "cpu")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,27 +10,23 @@ import torch
 
 from impala import checkpoint
 from impala.config import Config
-from impala.envs import EnvSettings, create_env
+from impala.envs import create_env
 from impala.nets import Agent, create_agent
 
 log = logging.getLogger("evaluate")
 
 
 def load_policy(cfg: Config) -> tuple[Agent, Path]:
-    run_dir = Path(cfg.logdir) / cfg.resolved_run_name
+    run_dir = cfg.run_dir
     path = run_dir / checkpoint.CHECKPOINT_NAME
     state = checkpoint.load(path, cfg.to_dict())
-    env = create_env(_settings(cfg))
+    env = create_env(cfg.env_settings)
     model = create_agent(cfg.agent_name, env.observation_space.shape, int(env.action_space.n))
     env.close()
     checkpoint.restore_model(model, state, path)
     model.eval()
     log.info("loaded %s (%d frames of training)", path, state["counters"]["frames"])
     return model, run_dir
-
-
-def _settings(cfg: Config) -> EnvSettings:
-    return EnvSettings(cfg.level_name, cfg.num_action_repeats, cfg.width, cfg.height)
 
 
 @torch.no_grad()
@@ -55,7 +51,7 @@ def play_episode(model: Agent, env, seed: int, on_step=None) -> tuple[float, int
 def test(cfg: Config) -> tuple[float, float]:
     """Play --test_num_episodes episodes; print and return the mean and std of the return."""
     model, _ = load_policy(cfg)
-    env = create_env(_settings(cfg))
+    env = create_env(cfg.env_settings)
     returns = []
     for episode in range(cfg.test_num_episodes):
         episode_return, length = play_episode(model, env, seed=cfg.seed + episode)
@@ -73,7 +69,7 @@ def video(cfg: Config) -> Path:
     import cv2
 
     model, run_dir = load_policy(cfg)
-    env = create_env(_settings(cfg), render_mode="rgb_array")
+    env = create_env(cfg.env_settings, render_mode="rgb_array")
     path = run_dir / "video.mp4"
     writer = None
 

@@ -14,7 +14,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from impala import auth, checkpoint
 from impala.config import PRESETS, Config, parse_host_port
 from impala.curves import CurvePlotter
 from impala.distributed import Backend, parameter_checksum
-from impala.envs import EnvSettings, describe_env
+from impala.envs import describe_env
 from impala.logs import (
     EPISODE_COLUMNS,
     LOG_COLUMNS,
@@ -130,20 +129,18 @@ class Learner:
         self.rank = backend.rank
         self.is_chief = backend.rank == 0
         self.stop_requested = stop if stop is not None else threading.Event()
-        self.device = torch.device(
-            f"cuda:{backend.local_rank}" if cfg.learner_device == "cuda" else "cpu")
+        self.device = cfg.device_for(backend.local_rank)
         torch.set_num_threads(cfg.learner_threads)
         keep_freed_memory()
         # Ranks start from different random weights on purpose: the broadcast from rank 0
         # must make them equal (the sync test would catch a missing broadcast).
         torch.manual_seed(cfg.seed + backend.rank)
-        self.run_dir = Path(cfg.logdir) / cfg.resolved_run_name
+        self.run_dir = cfg.run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.run_dir / checkpoint.CHECKPOINT_NAME
         self.keys = auth.ensure_keys(self.run_dir) if cfg.auth == "curve" else None
 
-        env_info = describe_env(EnvSettings(cfg.level_name, cfg.num_action_repeats,
-                                            cfg.width, cfg.height))
+        env_info = describe_env(cfg.env_settings)
         self.model = create_agent(cfg.agent_name, env_info.observation_shape,
                                   env_info.num_actions).to(self.device)
         self.layout = UnrollLayout(
@@ -157,8 +154,7 @@ class Learner:
         # Frames this learner consumes per update (agent steps x action repeat).
         self.frames_per_update = cfg.batch_size * cfg.unroll_length * env_info.frames_per_step
         self.frames_per_step = env_info.frames_per_step
-        self.loss_settings = LossSettings(cfg.discounting, cfg.baseline_cost,
-                                          cfg.entropy_cost, cfg.reward_clipping)
+        self.loss_settings = cfg.loss_settings
         optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)

@@ -115,3 +115,15 @@ def test_the_readme_lists_every_preset_value():
     for preset, values in PRESETS.items():
         for name, value in values.items():
             assert f"`--{name}={value}`" in readme, (preset, name, value)
+
+
+def test_derived_settings_come_from_the_config_alone():
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", logdir="/tmp/r",
+                 discounting=0.9, entropy_cost=0.02, num_action_repeats=1)
+    assert str(cfg.run_dir) == "/tmp/r/CartPole-v1_MLPAgent"
+    assert cfg.env_settings.level_name == "CartPole-v1"
+    assert cfg.env_settings.num_action_repeats == 1
+    assert (cfg.loss_settings.discounting, cfg.loss_settings.entropy_cost) == (0.9, 0.02)
+    assert str(cfg.device_for(3)) == "cpu"
+    gpu = Config(learner_device="cuda")
+    assert str(gpu.device_for(3)) == "cuda:3"  # one GPU per rank on a host
