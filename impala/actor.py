@@ -19,10 +19,10 @@ import torch
 
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
-from impala.envs import create_env, frame_stack_of
+from impala.envs import create_env, env_info
 from impala.nets import Agent, AgentOutput, create_agent
 from impala.process import lower_priority
-from impala.rollout import UnrollLayout, core_shapes_of
+from impala.rollout import UnrollLayout
 from impala.transport import ActorSocket, WireError, decode, encode
 from impala.weights import weights_schema
 
@@ -149,14 +149,11 @@ class Actor:
         settings = cfg.env_settings
         base_seed = cfg.seed * 10_007 + cfg.task * 101
         self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
-        space = self.envs[0].observation_space
+        info = env_info(self.envs[0], settings)
         torch.manual_seed(base_seed)
-        self.model = create_agent(cfg.agent_name, space.shape, int(self.envs[0].action_space.n))
+        self.model = create_agent(cfg.agent_name, info.observation_shape, info.num_actions)
         self.model.eval()
-        self.layout = UnrollLayout(cfg.unroll_length, tuple(space.shape), space.dtype.name,
-                                   int(self.envs[0].action_space.n),
-                                   core_shapes_of(self.model.initial_state(1)),
-                                   frame_stack=frame_stack_of(cfg.level_name))
+        self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model)
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         # Room for a whole set of unrolls and the weights request that follows it.

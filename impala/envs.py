@@ -175,18 +175,21 @@ def describe_env(settings: EnvSettings) -> EnvInfo:
     """Observation shape/dtype and action count, so learners can build nets without stepping."""
     env = create_env(settings)
     try:
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise ValueError(
-                f"{settings.level_name}: IMPALA here needs a discrete action space, "
-                f"got {env.action_space}"
-            )
-        space = env.observation_space
-        return EnvInfo(
-            observation_shape=tuple(space.shape),
-            observation_dtype=np.dtype(space.dtype),
-            num_actions=int(env.action_space.n),
-            frames_per_step=settings.num_action_repeats if is_atari(settings.level_name) else 1,
-            frame_stack=frame_stack_of(settings.level_name),
-        )
+        return env_info(env, settings)
     finally:
         env.close()
+
+
+def env_info(env: gym.Env, settings: EnvSettings) -> EnvInfo:
+    """What an environment made from `settings` looks like to an agent and on the wire."""
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        raise ValueError(f"{settings.level_name}: IMPALA here needs a discrete action space, "
+                         f"got {env.action_space}")
+    space = env.observation_space
+    return EnvInfo(
+        observation_shape=tuple(space.shape),
+        observation_dtype=np.dtype(space.dtype),
+        num_actions=int(env.action_space.n),
+        frames_per_step=settings.num_action_repeats if is_atari(settings.level_name) else 1,
+        frame_stack=frame_stack_of(settings.level_name),
+    )

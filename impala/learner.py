@@ -43,7 +43,6 @@ from impala.rollout import (
     BatchQueue,
     UnrollLayout,
     batch_to_device,
-    core_shapes_of,
 )
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.weights import finite_weights
@@ -143,14 +142,7 @@ class Learner:
         env_info = describe_env(cfg.env_settings)
         self.model = create_agent(cfg.agent_name, env_info.observation_shape,
                                   env_info.num_actions).to(self.device)
-        self.layout = UnrollLayout(
-            unroll_length=cfg.unroll_length,
-            observation_shape=env_info.observation_shape,
-            observation_dtype=env_info.observation_dtype.name,
-            num_actions=env_info.num_actions,
-            core_shapes=core_shapes_of(self.model.initial_state(1)),
-            frame_stack=env_info.frame_stack,
-        )
+        self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model)
         # Frames this learner consumes per update (agent steps x action repeat).
         self.frames_per_update = cfg.batch_size * cfg.unroll_length * env_info.frames_per_step
         self.frames_per_step = env_info.frames_per_step

@@ -11,12 +11,16 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from impala.framestack import rebuild_stacks
+
+if TYPE_CHECKING:  # annotations only: the wire layout needs neither gymnasium nor the nets
+    from impala.envs import EnvInfo
+    from impala.nets import Agent
 from impala.transport import FieldSpec, Message, WireError, meta_int
 
 # Fields that exist only on the wire: the learner rebuilds `observation` from them.
@@ -31,6 +35,14 @@ class UnrollLayout:
     num_actions: int
     core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
     frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
+
+    @classmethod
+    def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent) -> UnrollLayout:
+        """The one derivation of the wire layout, used by actors and learners alike."""
+        return cls(unroll_length=unroll_length, observation_shape=env.observation_shape,
+                   observation_dtype=env.observation_dtype.name, num_actions=env.num_actions,
+                   core_shapes=core_shapes_of(agent.initial_state(1)),
+                   frame_stack=env.frame_stack)
 
     def schema(self, continued: bool = False) -> dict[str, FieldSpec]:
         """The arrays of one unroll message, each with a leading T+1 (core: none).

@@ -78,3 +78,24 @@ def test_atari_unrolls_travel_as_single_frames_and_are_rebuilt_in_the_batch():
     np.testing.assert_array_equal(observation[3], frames[3:7])  # a plain sliding window
     np.testing.assert_array_equal(observation[7], np.stack([frames[10]] * 4))  # reset frame
     np.testing.assert_array_equal(observation[8], np.stack([frames[10]] * 3 + [frames[11]]))
+
+
+def test_one_layout_derivation_for_actor_and_learner():
+    """Actors derive the layout from an env they made, learners from describe_env: the
+    same factory gives the same schema (a mismatch would drop every unroll)."""
+    from impala.envs import EnvSettings, create_env, describe_env, env_info
+    from impala.nets import create_agent
+
+    settings = EnvSettings("PongNoFrameskip-v4", 4, 84, 84)
+    learner_side = describe_env(settings)
+    env = create_env(settings, seed=3)
+    actor_side = env_info(env, settings)
+    env.close()
+    agent = create_agent("ResNetLSTMAgent", learner_side.observation_shape,
+                         learner_side.num_actions)
+    layouts = [UnrollLayout.for_agent(20, info, agent) for info in (learner_side, actor_side)]
+    assert layouts[0] == layouts[1]
+    schema = layouts[0].schema()
+    assert schema["frames"].shape == (24, 84, 84) and schema["frames"].dtype == "uint8"
+    assert schema["policy_logits"].shape == (21, 6)
+    assert sum(name.startswith("core_") for name in schema) == 2  # the LSTM's h and c
