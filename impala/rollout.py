@@ -17,11 +17,11 @@ import numpy as np
 import torch
 
 from impala.framestack import rebuild_stacks
+from impala.transport import FieldSpec, Message, WireError, meta_int
 
 if TYPE_CHECKING:  # annotations only: the wire layout needs neither gymnasium nor the nets
     from impala.envs import EnvInfo
     from impala.nets import Agent
-from impala.transport import FieldSpec, Message, WireError, meta_int
 
 # Fields that exist only on the wire: the learner rebuilds `observation` from them.
 WIRE_ONLY_FIELDS = ("frames", "episode_start")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from impala import auth
-from impala.launcher.ssh import HostAccess, put_private_file
+from impala.launcher.ssh import HostAccess, problems_in_parallel, put_private_file
 
 
 @dataclass(frozen=True)
@@ -22,8 +21,6 @@ def copy_keys(local_run_dir: Path, copies: list[KeyCopy]) -> list[str]:
     parallel (mode 0600). The problems found, all of them; the secret is never shown."""
     keys = auth.ensure_keys(local_run_dir)
     content = (keys.to_json() + "\n").encode()
-    if not copies:
-        return []
 
     def copy(item: KeyCopy) -> str | None:
         try:
@@ -33,5 +30,4 @@ def copy_keys(local_run_dir: Path, copies: list[KeyCopy]) -> list[str]:
             return f"cannot copy the run's keys: {exc} (CSV line {lines})"
         return None
 
-    with ThreadPoolExecutor(max_workers=min(32, len(copies))) as pool:
-        return [problem for problem in pool.map(copy, copies) if problem]
+    return problems_in_parallel(copy, copies)

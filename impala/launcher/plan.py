@@ -225,32 +225,33 @@ def preflight_checks(plan: Plan, opts: FrontendOptions,
                      workers: list[WorkerSpec]) -> list[PreflightCheck]:
     """One check per distinct login (host, port, user, key, password), interpreter and
     checkout: every row's own credentials are tried, rows that share them once."""
-    settings = ssh_settings(opts)
     checks: dict[tuple[HostAccess, str, str], PreflightCheck] = {}
-    addresses = local_addresses()
     learner_ips = {g.learner.ip for g in plan.groups}
-    for worker in workers:
-        if is_local(worker.ip, addresses):
-            continue
-        workdir = workdir_of(worker, False, opts)
+    for worker, access, workdir in _remote_workers(opts, workers):
         python = python_of(worker, False, workdir, opts)
-        key = (host_access(worker, settings), python, workdir)
+        key = (access, python, workdir)
         previous = checks.get(key)
         lines = (previous.lines if previous else ()) + (worker.line,)
-        checks[key] = PreflightCheck(key[0], python, workdir,
+        checks[key] = PreflightCheck(access, python, workdir,
                                      needs_mpi=worker.ip in learner_ips, lines=lines)
     return list(checks.values())
 
 
 def key_copies(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> list[KeyCopy]:
     """Where each remote host's processes look for the run's key file: <run_dir>/keys."""
-    settings = ssh_settings(opts)
-    addresses = local_addresses()
     copies: dict[tuple[HostAccess, str], tuple[int, ...]] = {}
-    for worker in workers:
-        if is_local(worker.ip, addresses):
-            continue  # local processes read this host's run directory
-        run_dir = run_dir_on(workdir_of(worker, False, opts), cfg.logdir, cfg.resolved_run_name)
-        key = (host_access(worker, settings), f"{run_dir}/{auth.KEYS_FILE}")
+    for worker, access, workdir in _remote_workers(opts, workers):
+        run_dir = run_dir_on(workdir, cfg.logdir, cfg.resolved_run_name)
+        key = (access, f"{run_dir}/{auth.KEYS_FILE}")
         copies[key] = copies.get(key, ()) + (worker.line,)
     return [KeyCopy(access, path, lines) for (access, path), lines in copies.items()]
+
+
+def _remote_workers(opts: FrontendOptions, workers: list[WorkerSpec]
+                    ) -> list[tuple[WorkerSpec, HostAccess, str]]:
+    """(worker, its login, its checkout) of every row not on this host; local processes
+    need no check and read this host's run directory."""
+    settings = ssh_settings(opts)
+    addresses = local_addresses()
+    return [(worker, host_access(worker, settings), workdir_of(worker, False, opts))
+            for worker in workers if not is_local(worker.ip, addresses)]

@@ -11,9 +11,11 @@ import getpass
 import ipaddress
 import shlex
 import socket
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import paramiko
 import psutil
@@ -21,6 +23,7 @@ import psutil
 from impala.launcher.cluster import WorkerSpec
 
 CONNECT_TIMEOUT_S = 10.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -157,10 +160,16 @@ def _check_host(check: PreflightCheck) -> str | None:
 
 def preflight(checks: list[PreflightCheck]) -> list[str]:
     """Check every host in parallel; the problems found, all of them."""
-    if not checks:
+    return problems_in_parallel(_check_host, checks)
+
+
+def problems_in_parallel(task: Callable[[T], str | None], items: list[T]) -> list[str]:
+    """Run `task` on every item at once (up to 32 hosts at a time); the problems it
+    reported, in the items' order."""
+    if not items:
         return []
-    with ThreadPoolExecutor(max_workers=min(32, len(checks))) as pool:
-        return [problem for problem in pool.map(_check_host, checks) if problem]
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        return [problem for problem in pool.map(task, items) if problem]
 
 
 def openssh_argv(access: HostAccess, settings: SshSettings, tty: bool = False) -> list[str]:
