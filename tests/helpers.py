@@ -36,6 +36,15 @@ def start(args: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
                                 start_new_session=True, cwd=ROOT, **kwargs)
 
 
+def start_endless_cartpole(tmp_path: Path, port: int, *flags: str,
+                           num_actors: int = 1) -> subprocess.Popen:
+    """`--job_name=local` CartPole with a budget it never reaches, in `tmp_path`, its
+    learner on `port`; stop it with `stop()`."""
+    return start(["--job_name=local", f"--num_actors={num_actors}", *CARTPOLE_FLAGS,
+                  "--total_environment_frames=100000000", *flags, f"--logdir={tmp_path}",
+                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+
+
 def run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, EXPERIMENT, *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)

@@ -17,11 +17,10 @@ import zmq
 
 from impala import auth
 from tests.helpers import (
-    CARTPOLE_FLAGS,
     dealer_to,
     free_port,
     last_value,
-    start,
+    start_endless_cartpole,
     stop,
     wait_for,
     weights_answered,
@@ -84,9 +83,7 @@ def test_a_missing_key_file_says_how_to_get_one(tmp_path):
 @pytest.mark.slow
 def test_only_the_runs_actors_get_in(tmp_path):
     port = free_port()
-    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
-                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
-                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+    proc = start_endless_cartpole(tmp_path, port)
     run_dir = tmp_path / RUN
     logs = run_dir / "logs.csv"
     try:
@@ -120,9 +117,7 @@ def test_only_the_runs_actors_get_in(tmp_path):
 @pytest.mark.slow
 def test_auth_none_admits_any_peer(tmp_path):
     port = free_port()
-    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS, "--auth=none",
-                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
-                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+    proc = start_endless_cartpole(tmp_path, port, "--auth=none")
     logs = tmp_path / RUN / "logs.csv"
     try:
         wait_for(lambda: last_value(logs, "updates") > 0, 60, "the actor to train")

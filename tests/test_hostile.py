@@ -14,7 +14,6 @@ import threading
 import numpy as np
 import pytest
 import torch
-import zmq
 
 from impala.config import Config
 from impala.distributed import SingleLearner
@@ -23,18 +22,17 @@ from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.receiver import ReceiverStopped
-from impala.rollout import BatchQueue, UnrollLayout
+from impala.rollout import UnrollLayout
 from impala.transport import encode
 from tests.helpers import (
-    CARTPOLE_FLAGS,
     dealer_to,
     free_port,
     last_value,
-    start,
+    start_endless_cartpole,
     stop,
     wait_for,
 )
-from tests.test_streams import start_receiver, stop_receiver
+from tests.test_streams import serving
 
 T = 20
 LAYOUT = UnrollLayout(unroll_length=T, observation_shape=(4,), observation_dtype="float32",
@@ -121,15 +119,8 @@ HOSTILE = {
 
 @pytest.fixture
 def receiver():
-    port = free_port()
-    batches = BatchQueue(LAYOUT, batch_size=1, capacity=64)
-    receiver = start_receiver(port, LAYOUT, batches, {"w": np.zeros(2, np.float32)})
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(f"tcp://127.0.0.1:{port}")
-    yield receiver, batches, dealer
-    dealer.close()
-    stop_receiver(receiver)
+    with serving(LAYOUT, capacity=64) as served:
+        yield served
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
@@ -285,9 +276,7 @@ def fuzz_messages(count: int, seed: int = 0) -> list[list[bytes]]:
 @pytest.mark.slow
 def test_fuzzing_a_live_learner_with_10000_bad_messages(tmp_path):
     port = free_port()
-    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
-                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
-                  f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
+    proc = start_endless_cartpole(tmp_path, port)
     run_dir = tmp_path / "CartPole-v1_MLPAgent"
     logs = run_dir / "logs.csv"
     messages = fuzz_messages(10_000)

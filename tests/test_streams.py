@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from impala.receiver import UnrollReceiver
 from impala.rollout import BatchQueue, UnrollLayout
 from impala.transport import ActorSocket, FieldSpec, LearnerSocket, decode, encode
 from impala.weights import weights_arrays
-from tests.helpers import free_port, wait_for
+from tests.helpers import dealer_to, free_port, wait_for
 
 T, S = 20, 4
 
@@ -121,18 +122,25 @@ def stop_receiver(receiver: UnrollReceiver) -> None:
     receiver.sock.close()
 
 
+@contextmanager
+def serving(layout: UnrollLayout, capacity: int, version: int = 0):
+    """A receiver taking batches of one unroll, and a keyless DEALER connected to it."""
+    port = free_port()
+    batches = BatchQueue(layout, batch_size=1, capacity=capacity)
+    receiver = start_receiver(port, layout, batches, {"w": np.zeros(2, np.float32)},
+                              version=version)
+    dealer = dealer_to(port, linger_ms=0)
+    try:
+        yield receiver, batches, dealer
+    finally:
+        dealer.close()
+        stop_receiver(receiver)
+
+
 @pytest.fixture
 def receiver():
-    port = free_port()
-    batches = BatchQueue(LAYOUT, batch_size=1, capacity=8)
-    receiver = start_receiver(port, LAYOUT, batches, {"w": np.zeros(2, np.float32)},
-                              version=3)
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(f"tcp://127.0.0.1:{port}")
-    yield receiver, batches, dealer
-    dealer.close()
-    stop_receiver(receiver)
+    with serving(LAYOUT, capacity=8, version=3) as served:
+        yield served
 
 
 def ask_for_weights(dealer, have: int):

@@ -21,6 +21,7 @@ from tests.helpers import (
     read_csv,
     run,
     start,
+    start_endless_cartpole,
     stop,
     wait_for,
 )
@@ -116,10 +117,7 @@ def _raw_messages(header_ok: bytes) -> list[list[bytes]]:
 
 def test_malformed_messages_are_dropped_and_the_learner_keeps_training(tmp_path):
     port = free_port()
-    proc = start(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
-                  "--total_environment_frames=100000000", "--max_message_mb=2",
-                  f"--logdir={tmp_path}", f"--learner_host=127.0.0.1:{port}"],
-                 tmp_path / "out.log")
+    proc = start_endless_cartpole(tmp_path, port, "--max_message_mb=2")
     logs = tmp_path / RUN / "logs.csv"
     try:
         wait_for(lambda: last_value(logs, "updates") > 0, 60, "first updates")
@@ -172,9 +170,7 @@ def _autogroup_niceness(pid: int) -> int | None:
 
 
 def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
-    proc = start(["--job_name=local", "--num_actors=2", *CARTPOLE_FLAGS,
-                  "--total_environment_frames=100000000", f"--logdir={tmp_path}",
-                  f"--learner_host=127.0.0.1:{free_port()}"], tmp_path / "out.log")
+    proc = start_endless_cartpole(tmp_path, free_port(), num_actors=2)
     run_dir = tmp_path / RUN
     learner_log = run_dir / "learner-0.log"
     try:
