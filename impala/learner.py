@@ -93,6 +93,7 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
     grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
     return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
             "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
+            "policy_kl": stats.policy_kl, "rho_clipped": stats.rho_clipped,
             "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm))}
 
 

@@ -31,8 +31,8 @@ import numpy as np
 LOG_COLUMNS = [
     "time", "frames", "sps", "updates", "episodes", "mean_episode_return",
     "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
-    "learning_rate", "policy_lag", "queue_depth", "dropped_messages", "unroll_bytes",
-    "stream_restarts", "skipped_updates",
+    "policy_kl", "rho_clipped", "learning_rate", "policy_lag", "queue_depth",
+    "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
 ]
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]

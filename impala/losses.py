@@ -69,6 +69,10 @@ class LossStats(NamedTuple):
     pg_loss: float
     baseline_loss: float
     entropy: float  # mean policy entropy per step (nats), for logging
+    # How far the learner's policy has moved from the one that acted: large values mean
+    # V-trace cuts most traces and the update learns little from the batch.
+    policy_kl: float  # mean KL(behaviour || target) per step (nats)
+    rho_clipped: float  # share of steps whose importance weight was clipped at 1
 
 
 def impala_loss(
@@ -115,4 +119,13 @@ def impala_loss(
         pg_loss=pg.item(),
         baseline_loss=value.item(),
         entropy=-neg_entropy.item() / steps,
+        policy_kl=mean_kl(behavior_logits, target_logits.detach()),
+        rho_clipped=(returns.log_rhos > 0).float().mean().item(),
     )
+
+
+def mean_kl(behavior_logits: torch.Tensor, target_logits: torch.Tensor) -> float:
+    """Mean over [T, B] of KL(mu || pi) from logits [T, B, A] (nats per step)."""
+    log_mu = F.log_softmax(behavior_logits.float(), dim=-1)
+    log_pi = F.log_softmax(target_logits.float(), dim=-1)
+    return torch.sum(log_mu.exp() * (log_mu - log_pi), dim=-1).mean().item()

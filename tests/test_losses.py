@@ -89,3 +89,27 @@ def test_impala_loss_cuts_the_return_at_episode_ends():
     # Step 0: target 1 (no bootstrap across the end), value 0 -> advantage 1.
     # Step 1: target 0 + 0.99 * 100, value 100 -> advantage -1.
     assert stats.baseline_loss == pytest.approx(0.5 * (1.0**2 + 1.0**2))
+
+
+def test_policy_kl_by_hand():
+    # mu = (0.5, 0.5), pi = (0.8, 0.2): KL(mu || pi) = 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2).
+    behaviour = torch.zeros(1, 1, 2)
+    target = torch.log(torch.tensor([[[0.8, 0.2]]]))
+    expected = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(0.5 / 0.2)
+    assert losses.mean_kl(behaviour, target) == pytest.approx(expected, rel=1e-5)
+    assert losses.mean_kl(target, target) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_impala_loss_reports_clipped_importance_weights():
+    # T=2, B=1, two actions; the target prefers action 0, the behaviour was uniform, so the
+    # step that took action 0 has rho > 1 (clipped) and the one that took action 1 has not.
+    T, B, A = 2, 1, 2
+    target = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 0.0]]])
+    stats = losses.impala_loss(
+        target_logits=target, baseline=torch.zeros(T + 1, B),
+        behavior_logits=torch.zeros(T + 1, B, A), actions=torch.tensor([[0], [1], [0]]),
+        rewards=torch.zeros(T + 1, B), done=torch.zeros(T + 1, B, dtype=torch.bool),
+        settings=losses.LossSettings(),
+    )
+    assert stats.rho_clipped == pytest.approx(0.5)
+    assert stats.policy_kl > 0
