@@ -14,11 +14,11 @@ import common  # noqa: F401 - puts the project on sys.path
 import torch
 
 from impala.distributed import SingleLearner
-from impala.learner import learn_step
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
+from impala.step import learn_step
 from impala.transport import encode
 from impala.weights import weights_arrays
 

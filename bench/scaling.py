@@ -36,10 +36,10 @@ def worker(args) -> None:
     from learner import ACTIONS, ATARI, synthetic_batch
 
     from impala.distributed import HorovodBackend, parameter_checksum
-    from impala.learner import learn_step
     from impala.losses import LossSettings
     from impala.nets import create_agent
     from impala.optim import RMSpropTF
+    from impala.step import learn_step
     from impala.transport import encode
     from impala.weights import weights_arrays
 

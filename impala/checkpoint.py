@@ -18,7 +18,9 @@ from torch import nn
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = "impala-mlma/1"
 IDENTITY_FLAGS = ("agent_name", "level_name", "width", "height")
-COUNTERS = ("frames", "updates", "version")
+COUNTERS = ("frames", "updates")
+# Written by older versions (always equal to "updates"); accepted on load, then ignored.
+OLD_COUNTERS = ("version",)
 
 
 class CheckpointError(RuntimeError):
@@ -88,7 +90,8 @@ def _check_structure(state: dict[str, Any], path: Path) -> None:
                                       and isinstance(optimizer.get("param_groups"), list)):
         problems.append("'optimizer' must be an optimizer state dict or None")
     counters = state.get("counters")
-    if not (isinstance(counters, dict) and set(counters) == set(COUNTERS)
+    if not (isinstance(counters, dict)
+            and set(COUNTERS) <= set(counters) <= {*COUNTERS, *OLD_COUNTERS}
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                     for v in counters.values())):
         problems.append(f"'counters' must hold the integers {', '.join(COUNTERS)} (>= 0)")

@@ -9,32 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 
 from impala import auth, checkpoint
 from impala.config import PRESETS, Config, parse_host_port
-from impala.curves import CurvePlotter
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
-from impala.logs import (
-    EPISODE_COLUMNS,
-    LOG_COLUMNS,
-    RANK_COLUMNS,
-    CsvLog,
-    RunMeta,
-    TensorBoard,
-    status_line,
-)
-from impala.losses import LossSettings, impala_loss
-from impala.nets import Agent, create_agent
+from impala.logs import LearnerLogs, RunMeta, status_line
+from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
 from impala.receiver import ReceiverStopped, UnrollReceiver
@@ -44,6 +32,7 @@ from impala.rollout import (
     UnrollLayout,
     batch_to_device,
 )
+from impala.step import learn_step
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.weights import finite_weights
 
@@ -72,39 +61,16 @@ class Control:
         return cls(*(float(v) for v in values))
 
 
-def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
-               batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
-               settings: LossSettings, max_grad_norm: float) -> dict[str, float]:
-    """One update on a batch of `[T+1, B, ...]` tensors; returns the logged scalars."""
-    output, _ = model(batch["observation"], batch["last_action"], batch["reward"],
-                      batch["done"], core_state)
-    stats = impala_loss(
-        target_logits=output.policy_logits, baseline=output.baseline,
-        behavior_logits=batch["policy_logits"], actions=batch["action"],
-        rewards=batch["reward"], done=batch["done"], settings=settings,
-    )
-    optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
-    # A non-finite loss on this rank must stop the update on every rank: times NaN, every
-    # gradient is NaN, so the averaged gradient's norm is NaN everywhere and all ranks skip
-    # the step (no host sync here; the allreduce starts inside backward()).
-    loss = stats.total_loss
-    loss = loss * torch.where(torch.isfinite(loss), 1.0, float("nan"))
-    loss.backward()
-    grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
-    return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
-            "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
-            "policy_kl": stats.policy_kl, "rho_clipped": stats.rho_clipped,
-            "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm))}
-
-
 @dataclass
 class Counters:
+    """Frames consumed over all ranks and updates applied; the update count is also the
+    version of the weights the learner publishes (actors report it back as policy lag)."""
+
     frames: int = 0
     updates: int = 0
-    version: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"frames": self.frames, "updates": self.updates, "version": self.version}
+        return {"frames": self.frames, "updates": self.updates}
 
 
 @dataclass
@@ -172,11 +138,12 @@ class Learner:
                     raise checkpoint.CheckpointError(
                         f"{self.checkpoint_path}: optimizer state does not fit this agent "
                         f"({exc})") from None
-            counters = Counters(**state["counters"])
+            counters = Counters(frames=state["counters"]["frames"],
+                                updates=state["counters"]["updates"])
             log.info("resumed from %s at %d frames, %d updates", self.checkpoint_path,
                      counters.frames, counters.updates)
         values = self.backend.broadcast_counters(
-            np.array([counters.frames, counters.updates, counters.version], dtype=np.float64))
+            np.array([counters.frames, counters.updates], dtype=np.float64))
         return Counters(*(int(v) for v in values))
 
     def save_checkpoint(self) -> None:
@@ -196,71 +163,52 @@ class Learner:
     # ----------------------------------------------------------------------- main loop
     def run(self) -> str:
         """Train until the frame budget or a stop request; returns the exit status."""
-        cfg = self.cfg
-        host, port = parse_host_port(cfg.learner_host)
-        max_bytes = int(cfg.max_message_mb * 2**20)
-        sock = LearnerSocket(host, port, self.largest_frame(),
-                             receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
-                             keys=self.keys)
-        batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity)
-        receiver = self.receiver = UnrollReceiver(sock, self.layout, batches, max_bytes,
-                                                  name=f"learner-{self.rank}")
-        receiver.publish(self.counters.version, finite_weights(self.model))
-        receiver.start()
-        log.info("learner %d/%d listening on %s (%s, %s, batch %d x T=%d)", self.rank,
-                 self.backend.size, sock.address, cfg.agent_name, cfg.level_name,
-                 cfg.batch_size, cfg.unroll_length)
-
-        writers = self._open_writers()
-        meta = RunMeta(self.run_dir, cfg.to_dict(), role="learner",
-                       preset=PRESETS[cfg.preset]) if self.is_chief else None
+        receiver, batches, sock = self._serve()
+        logs = LearnerLogs(self.run_dir, self.rank)
+        meta = RunMeta(self.run_dir, self.cfg.to_dict(), role="learner",
+                       preset=PRESETS[self.cfg.preset]) if self.is_chief else None
         status = "error"
         try:
-            status = self._loop(receiver, batches, writers)
+            status = self.train(receiver, batches, logs)
         finally:
             receiver.stop_event.set()
             receiver.join(timeout=5)
             sock.close()
             if status != "error":  # an error exit keeps the last good checkpoint
                 self.save_checkpoint()
-            for writer in writers.values():
-                writer.close()
-            if self.is_chief:
-                self.curve.close()  # the final picture, with every row
+            logs.close()
             if meta is not None:
                 meta.finish(status, frames=self.counters.frames, updates=self.counters.updates)
         return status
 
-    def _open_writers(self) -> dict[str, Any]:
-        writers: dict[str, Any] = {
-            "rank": CsvLog(self.run_dir / f"learner-{self.rank}.csv", RANK_COLUMNS),
-            "episodes": CsvLog(self.run_dir / f"episodes-{self.rank}.csv", EPISODE_COLUMNS),
-        }
-        if self.is_chief:
-            writers["logs"] = CsvLog(self.run_dir / "logs.csv", LOG_COLUMNS)
-            writers["tensorboard"] = TensorBoard(self.run_dir)
-            self.curve = CurvePlotter(self.run_dir)
-            self.curve.start()
-        return writers
+    def _serve(self) -> tuple[UnrollReceiver, BatchQueue, LearnerSocket]:
+        """Bind the socket and start the receiver thread, serving the current weights."""
+        cfg = self.cfg
+        host, port = parse_host_port(cfg.learner_host)
+        sock = LearnerSocket(host, port, self.largest_frame(),
+                             receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
+                             keys=self.keys)
+        batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity)
+        receiver = self.receiver = UnrollReceiver(
+            sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
+            name=f"learner-{self.rank}")
+        receiver.publish(self.counters.updates, finite_weights(self.model))
+        receiver.start()
+        log.info("learner %d/%d listening on %s (%s, %s, batch %d x T=%d)", self.rank,
+                 self.backend.size, sock.address, cfg.agent_name, cfg.level_name,
+                 cfg.batch_size, cfg.unroll_length)
+        return receiver, batches, sock
 
-    def _loop(self, receiver: UnrollReceiver, batches: BatchQueue,
-              writers: dict[str, Any]) -> str:
+    def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:
+        """The loop: take a batch, agree with the other ranks, update, publish the new
+        weights, then log and checkpoint when rank 0's clock says so. Returns "finished"
+        at the frame budget or "stopped" when any rank stops."""
         cfg = self.cfg
         interval = IntervalStats(start_frames=self.counters.frames)
         run_start, run_start_frames = time.time(), self.counters.frames
         last_checkpoint = time.time()
-        waiting_since = time.time()
         while True:
-            if not receiver.is_alive():  # never a live learner that no longer trains
-                raise ReceiverStopped(f"the unroll receiver thread ended: {receiver.error}")
-            batch = None if self.stop_requested.is_set() else batches.get(timeout=1.0)
-            if batch is None and not self.stop_requested.is_set():
-                if time.time() - waiting_since > 30:
-                    log.info("waiting for unrolls on %s (%d received so far)",
-                             receiver.sock.address, receiver.unrolls)
-                    waiting_since = time.time()
-                continue
-            waiting_since = time.time()
+            batch = self._next_batch(receiver, batches)
             now = time.time()
             control = self._agree(
                 batch,
@@ -271,16 +219,17 @@ class Learner:
                 if batch is not None:
                     batches.release(batch)
                 return "stopped"
-            stats = self._update(batch, interval)
-            self._write_episodes(batch, writers["episodes"])
+            stats = self.step(batch)
+            interval.lags.append(self.counters.updates - float(np.mean(batch.policy_versions)))
+            logs.episodes(self.counters.frames, batch.episodes.returns, batch.episodes.lengths)
             batches.release(batch)
-            self._accumulate(interval, control, stats)
-            receiver.publish(self.counters.version, finite_weights(self.model))
+            self._count(interval, control, stats)
+            receiver.publish(self.counters.updates, finite_weights(self.model))
             # The frame count is global, so every rank finishes on the same update; its last
             # row is written once even when rank 0's log tick falls on it too.
             finished = self.counters.frames >= cfg.total_environment_frames
             if control.log_now > 0 or finished:
-                self._write_logs(interval, receiver, batches, writers, run_start, run_start_frames)
+                self._write_logs(interval, receiver, batches, logs, run_start, run_start_frames)
                 interval = IntervalStats(start_frames=self.counters.frames)
             if control.checkpoint_now > 0:
                 self.save_checkpoint()
@@ -288,6 +237,22 @@ class Learner:
             if finished:
                 log.info("reached %d frames: done", self.counters.frames)
                 return "finished"
+
+    def _next_batch(self, receiver: UnrollReceiver, batches: BatchQueue) -> Batch | None:
+        """The next full batch, or None once a stop was requested; waits for actors as long
+        as it takes (telling so every 30 s), but never past the receiver thread's end."""
+        waiting_since = time.time()
+        while not self.stop_requested.is_set():
+            if not receiver.is_alive():  # never a live learner that no longer trains
+                raise ReceiverStopped(f"the unroll receiver thread ended: {receiver.error}")
+            batch = batches.get(timeout=1.0)
+            if batch is not None:
+                return batch
+            if time.time() - waiting_since > 30:
+                log.info("waiting for unrolls on %s (%d received so far)",
+                         receiver.sock.address, receiver.unrolls)
+                waiting_since = time.time()
+        return None
 
     def _agree(self, batch: Batch | None, log_now: bool, checkpoint_now: bool) -> Control:
         """This rank's part of the Control, summed over every rank."""
@@ -301,8 +266,9 @@ class Learner:
             mine.log_now, mine.checkpoint_now = float(log_now), float(checkpoint_now)
         return Control.from_array(self.backend.allreduce_sum(mine.to_array()))
 
-    def _update(self, batch: Batch, interval: IntervalStats) -> dict[str, float]:
-        """One training step at the scheduled learning rate; its logged scalars."""
+    def step(self, batch: Batch) -> dict[str, float]:
+        """One update at the scheduled learning rate (annealed linearly to 0 over the frame
+        budget); returns its logged scalars."""
         cfg = self.cfg
         progress = min(1.0, self.counters.frames / cfg.total_environment_frames)
         learning_rate = cfg.learning_rate * (1.0 - progress)
@@ -313,21 +279,13 @@ class Learner:
         stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
                            self.loss_settings, cfg.gradients_clipping)
         stats["learning_rate"] = learning_rate
-        interval.lags.append(self.counters.version - float(np.mean(batch.policy_versions)))
         return stats
 
-    def _write_episodes(self, batch: Batch, episode_log: CsvLog) -> None:
-        now = time.time()
-        for episode_return, length in zip(batch.episodes.returns, batch.episodes.lengths,
-                                          strict=True):
-            episode_log.write({"time": now, "frames": self.counters.frames,
-                               "episode_return": episode_return, "episode_length": length})
-
-    def _accumulate(self, interval: IntervalStats, control: Control,
-                    stats: dict[str, float]) -> None:
+    def _count(self, interval: IntervalStats, control: Control,
+               stats: dict[str, float]) -> None:
+        """Add an applied (or skipped) update to the counters and the log interval."""
         self.counters.frames += int(control.frames)
         self.counters.updates += 1
-        self.counters.version += 1
         interval.local_frames += self.frames_per_update
         interval.return_sum += control.return_sum
         interval.length_sum += control.length_sum
@@ -340,10 +298,10 @@ class Learner:
         interval.last = stats
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
-                    writers: dict[str, Any], run_start: float, run_start_frames: int) -> None:
+                    logs: LearnerLogs, run_start: float, run_start_frames: int) -> None:
         now = time.time()
         elapsed = max(now - interval.start_time, 1e-9)
-        writers["rank"].write({
+        logs.rank_row({
             "time": now, "updates": self.counters.updates, "frames": self.counters.frames,
             "local_frames": interval.local_frames,
             "local_sps": interval.local_frames / self.frames_per_step / elapsed,
@@ -365,9 +323,7 @@ class Learner:
             "unroll_bytes": receiver.unroll_bytes, "stream_restarts": receiver.stream_restarts,
             "skipped_updates": self.skipped_updates,
         }
-        writers["logs"].write(row)
-        writers["tensorboard"].write(row, self.counters.frames)
+        logs.run_row(row)
         if interval.last:
             log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
                                  run_start_frames))
-

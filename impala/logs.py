@@ -203,3 +203,45 @@ def _duration(seconds: float) -> str:
     minutes, _ = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{int(seconds) % 60:02d}s"
+
+
+class LearnerLogs:
+    """Every file a learner writes while it trains. Each rank: `learner-<rank>.csv` (sync
+    check) and `episodes-<rank>.csv`; rank 0 also `logs.csv`, TensorBoard events and
+    `curve.png` (redrawn by a watcher process after every row, and once more at close)."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.is_chief = rank == 0
+        self.rank_log = CsvLog(run_dir / f"learner-{rank}.csv", RANK_COLUMNS)
+        self.episode_log = CsvLog(run_dir / f"episodes-{rank}.csv", EPISODE_COLUMNS)
+        self.run_log = CsvLog(run_dir / "logs.csv", LOG_COLUMNS) if self.is_chief else None
+        self.tensorboard = TensorBoard(run_dir) if self.is_chief else None
+        self.curve = None
+        if self.is_chief:
+            from impala.curves import CurvePlotter  # pandas: only where curves are drawn
+
+            self.curve = CurvePlotter(run_dir)
+            self.curve.start()
+
+    def episodes(self, frames: int, returns: list[float], lengths: list[int]) -> None:
+        now = time.time()
+        for episode_return, length in zip(returns, lengths, strict=True):
+            self.episode_log.write({"time": now, "frames": frames,
+                                    "episode_return": episode_return, "episode_length": length})
+
+    def rank_row(self, row: dict[str, Any]) -> None:
+        self.rank_log.write(row)
+
+    def run_row(self, row: dict[str, Any]) -> None:
+        """One row of logs.csv and TensorBoard (rank 0 only; ignored elsewhere)."""
+        if self.run_log is None or self.tensorboard is None:
+            return
+        self.run_log.write(row)
+        self.tensorboard.write(row, row["frames"])
+
+    def close(self) -> None:
+        for writer in (self.rank_log, self.episode_log, self.run_log, self.tensorboard):
+            if writer is not None:
+                writer.close()
+        if self.curve is not None:
+            self.curve.close()  # the final picture, with every row

@@ -16,7 +16,7 @@ def make(tmp_path, **flags):
           torch.zeros(1, 1, dtype=torch.bool))[0].baseline.sum().backward()
     optimizer.step()
     path = tmp_path / "checkpoint.pt"
-    checkpoint.save(path, model, optimizer, {"frames": 1000, "updates": 5, "version": 5},
+    checkpoint.save(path, model, optimizer, {"frames": 1000, "updates": 5},
                     cfg.to_dict())
     return cfg, model, path
 
@@ -28,9 +28,17 @@ def test_round_trip(tmp_path):
     checkpoint.restore_model(fresh, state, path)
     for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
         assert torch.equal(a, b)
-    assert state["counters"] == {"frames": 1000, "updates": 5, "version": 5}
+    assert state["counters"] == {"frames": 1000, "updates": 5}
     assert state["optimizer"]["state"]  # RMSProp's running averages travel too
     assert not (tmp_path / "checkpoint.pt.tmp").exists()
+
+
+def test_a_checkpoint_of_an_older_version_with_a_version_counter_loads(tmp_path):
+    cfg, _, path = make(tmp_path)
+    state = torch.load(path, weights_only=True)
+    state["counters"]["version"] = 5  # older versions kept it beside "updates"
+    torch.save(state, path)
+    assert checkpoint.load(path, cfg.to_dict())["counters"]["updates"] == 5
 
 
 def test_another_agent_or_game_is_refused(tmp_path):
@@ -106,6 +114,6 @@ def test_non_finite_weights_are_never_saved_over_a_good_checkpoint(tmp_path):
     with torch.no_grad():
         next(model.parameters()).view(-1)[0] = float("nan")
     with pytest.raises(checkpoint.CheckpointError, match="not saving"):
-        checkpoint.save(path, model, None, {"frames": 2000, "updates": 9, "version": 9},
+        checkpoint.save(path, model, None, {"frames": 2000, "updates": 9},
                         cfg.to_dict())
     assert path.read_bytes() == good

@@ -17,12 +17,13 @@ import torch
 
 from impala.config import Config
 from impala.distributed import SingleLearner
-from impala.learner import Learner, learn_step
+from impala.learner import Learner
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.receiver import ReceiverStopped
 from impala.rollout import UnrollLayout
+from impala.step import learn_step
 from impala.transport import encode
 from tests.helpers import (
     dealer_to,

@@ -10,10 +10,11 @@ import numpy as np
 import torch
 
 from impala.distributed import SingleLearner, clip_and_norm
-from impala.learner import Control, learn_step
+from impala.learner import Control
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
+from impala.step import learn_step
 from tests.helpers import ROOT
 
 T, B = 20, 4

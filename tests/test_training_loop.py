@@ -1,0 +1,168 @@
+"""The learner's loop decisions alone (seconds, no sockets, no processes): when it stops,
+logs, checkpoints and finishes, with a fake allreduce backend standing in for the other
+ranks and a fake receiver; batches, updates and log files are real."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from impala.config import Config
+from impala.distributed import SingleLearner
+from impala.learner import Control, Learner
+from impala.logs import LearnerLogs
+from impala.receiver import ReceiverStopped
+from impala.rollout import BatchQueue
+from tests.helpers import read_csv
+
+T, B = 5, 2
+
+
+class FakeBackend(SingleLearner):
+    """One rank of a pretend group of two: the other rank's part of each Control comes
+    from `others` (one per update; afterwards it mirrors this rank's data: same frames and
+    episodes, no stop, no clock)."""
+
+    def __init__(self, rank: int = 0, others: list[Control] | None = None) -> None:
+        self.rank, self.size = rank, 2
+        self.others = list(others or [])
+        self.sent: list[Control] = []
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        mine = Control.from_array(values)
+        self.sent.append(mine)
+        other = self.others.pop(0) if self.others else dataclasses.replace(
+            mine, stop=0.0, log_now=0.0, checkpoint_now=0.0)
+        return values + other.to_array()
+
+
+class FakeReceiver:
+    """What the loop reads from the receiver thread, and the versions it was handed."""
+
+    error = None
+    unrolls = unroll_bytes = stream_restarts = 0
+    drops = SimpleNamespace(total=0)
+    sock = SimpleNamespace(address="tcp://fake:1")
+
+    def __init__(self, alive: bool = True) -> None:
+        self.alive = alive
+        self.published: list[int] = []
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
+        self.published.append(version)
+
+
+def make_learner(tmp_path, backend: FakeBackend, **flags) -> Learner:
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", preset="none", auth="none",
+                 logdir=str(tmp_path), run_name="run", batch_size=B, unroll_length=T,
+                 learner_threads=1, **flags)
+    return Learner(cfg, backend, stop=threading.Event())
+
+
+def queue_with(learner: Learner, count: int, seed: int = 0) -> BatchQueue:
+    """A batch queue holding `count` full batches of valid random CartPole unrolls."""
+    rng = np.random.default_rng(seed)
+    batches = BatchQueue(learner.layout, B, capacity=count)
+    for _ in range(count):
+        batch = batches.free.get_nowait()
+        arrays = batch.arrays
+        arrays["observation"][:] = rng.normal(size=arrays["observation"].shape)
+        arrays["reward"][:] = rng.normal(size=arrays["reward"].shape)
+        arrays["policy_logits"][:] = rng.normal(size=arrays["policy_logits"].shape)
+        arrays["action"][:] = rng.integers(0, 2, arrays["action"].shape)
+        arrays["last_action"][:] = rng.integers(0, 2, arrays["last_action"].shape)
+        batch.filled, batch.policy_versions = B, [0] * B
+        batch.episodes.returns.append(10.0)
+        batch.episodes.lengths.append(10)
+        batches.ready.put(batch)
+    return batches
+
+
+def train(learner: Learner, batches: BatchQueue, receiver: FakeReceiver) -> str:
+    logs = LearnerLogs(learner.run_dir, learner.rank)
+    try:
+        return learner.train(receiver, batches, logs)
+    finally:
+        logs.close()
+
+
+def test_it_finishes_on_the_update_that_reaches_the_budget_counting_every_ranks_frames(
+        tmp_path):
+    per_update = B * T  # CartPole: one frame per agent step
+    learner = make_learner(tmp_path, FakeBackend(), total_environment_frames=6 * per_update,
+                           log_interval_s=3600.0, checkpoint_interval_s=3600.0)
+    receiver = FakeReceiver()
+    assert train(learner, queue_with(learner, 5), receiver) == "finished"
+    # Two ranks' frames per update: the budget of six updates' frames is met after three.
+    assert (learner.counters.frames, learner.counters.updates) == (6 * per_update, 3)
+    assert receiver.published == [1, 2, 3]  # new weights after every update
+    rows = read_csv(learner.run_dir / "logs.csv")
+    assert list(rows["updates"]) == [3]  # the last row only, once
+    assert rows["episodes"].iloc[0] == 6  # both ranks' episodes
+    assert not (learner.run_dir / "checkpoint.pt").exists()  # saving at the end is run()'s
+
+
+def test_another_ranks_stop_stops_this_rank_before_it_updates(tmp_path):
+    backend = FakeBackend(others=[Control(frames=B * T), Control(stop=1.0)])
+    learner = make_learner(tmp_path, backend, log_interval_s=3600.0)
+    batches = queue_with(learner, 3)
+    assert train(learner, batches, FakeReceiver()) == "stopped"
+    assert learner.counters.updates == 1
+    assert batches.free.qsize() == 2 + 2  # both taken batches went back to the pool
+
+
+def test_a_stop_request_is_sent_to_the_other_ranks_without_waiting_for_a_batch(tmp_path):
+    backend = FakeBackend()
+    learner = make_learner(tmp_path, backend)
+    learner.stop_requested.set()
+    assert train(learner, queue_with(learner, 0), FakeReceiver()) == "stopped"
+    assert backend.sent == [Control(stop=1.0)]  # no frames, and rank 0's clock not yet due
+    assert learner.counters.updates == 0
+
+
+def test_rank_zeros_clock_decides_when_every_rank_logs_and_checkpoints(tmp_path):
+    # Rank 1, whose own clock is always due but not asked: rank 0 asks for a row and a
+    # checkpoint on the second update only.
+    rank_zero_says = [Control(frames=B * T), Control(frames=B * T, log_now=1.0,
+                                                     checkpoint_now=1.0)]
+    backend = FakeBackend(rank=1, others=rank_zero_says + [Control(stop=1.0)])
+    learner = make_learner(tmp_path, backend, log_interval_s=0.001, checkpoint_interval_s=0.001)
+    assert train(learner, queue_with(learner, 3), FakeReceiver()) == "stopped"
+    assert list(read_csv(learner.run_dir / "learner-1.csv")["updates"]) == [2]
+    assert not (learner.run_dir / "logs.csv").exists()  # rank 0's file
+    assert not (learner.run_dir / "checkpoint.pt").exists()  # rank 0 saves
+    assert backend.sent[0].log_now == backend.sent[0].checkpoint_now == 0.0
+
+
+def test_rank_zero_logs_and_checkpoints_when_its_clock_is_due(tmp_path):
+    backend = FakeBackend(others=[Control(frames=B * T)] * 2 + [Control(stop=1.0)])
+    learner = make_learner(tmp_path, backend, log_interval_s=0.001, checkpoint_interval_s=0.001)
+    assert train(learner, queue_with(learner, 3), FakeReceiver()) == "stopped"
+    # An update takes more than a millisecond, so the clock is due by the second one.
+    assert backend.sent[1].log_now == backend.sent[1].checkpoint_now == 1.0
+    assert read_csv(learner.run_dir / "logs.csv")["updates"].iloc[-1] == 2
+    assert (learner.run_dir / "checkpoint.pt").exists()
+
+
+def test_a_dead_receiver_ends_the_loop_with_an_error(tmp_path):
+    learner = make_learner(tmp_path, FakeBackend())
+    with pytest.raises(ReceiverStopped, match="receiver thread ended"):
+        train(learner, queue_with(learner, 1), FakeReceiver(alive=False))
+
+
+def test_a_non_finite_batch_is_counted_as_skipped_and_still_logged(tmp_path):
+    backend = FakeBackend(others=[Control(frames=B * T)] * 2 + [Control(stop=1.0)])
+    learner = make_learner(tmp_path, backend, log_interval_s=0.001, reward_clipping="none")
+    batches = queue_with(learner, 3)
+    # Finite on the wire; its square in the baseline loss is not.
+    batches.ready.queue[0].arrays["reward"][3, 0] = 3e38
+    assert train(learner, batches, FakeReceiver()) == "stopped"
+    assert learner.skipped_updates == 1
+    assert read_csv(learner.run_dir / "logs.csv")["skipped_updates"].iloc[-1] == 1
