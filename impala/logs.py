@@ -176,18 +176,24 @@ class TensorBoard:
 
 
 def status_line(row: dict[str, Any], total_frames: int, elapsed_s: float,
-                start_frames: int) -> str:
-    """`frames 1.2M/200M (0.6%) | ETA 3h12m | SPS 1,850 | return -20.1 (12 eps)`."""
+                start_frames: float) -> str:
+    """`frames 1.2M/200M (0.6%) | ETA 3h12m | SPS 1,850 | return -20.1 (12 eps) | lag 4.1 |
+    loss 3.2` from a logs.csv row (missing values show as n/a)."""
     frames = row["frames"]
     done = frames - start_frames
     rate = done / elapsed_s if elapsed_s > 0 else 0.0
     eta = (total_frames - frames) / rate if rate > 0 else float("inf")
-    mean_return = row.get("mean_episode_return")
-    shown_return = "n/a" if mean_return is None else f"{mean_return:.1f}"
     return (f"frames {_human(frames)}/{_human(total_frames)} "
             f"({100.0 * frames / total_frames:.1f}%) | ETA {_duration(eta)} | "
-            f"SPS {row['sps']:,.0f} | return {shown_return} ({row['episodes']} eps) | "
-            f"lag {row['policy_lag']:.1f} | loss {row['total_loss']:.3g}")
+            f"SPS {_shown(row.get('sps'), ',.0f')} | "
+            f"return {_shown(row.get('mean_episode_return'), '.1f')} "
+            f"({_shown(row.get('episodes'), '.0f')} eps) | "
+            f"lag {_shown(row.get('policy_lag'), '.1f')} | "
+            f"loss {_shown(row.get('total_loss'), '.3g')}")
+
+
+def _shown(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
 
 
 def _human(n: float) -> str:

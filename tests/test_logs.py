@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 
+from impala import logs
 from impala.logs import CsvLog, redact
 
 
@@ -32,3 +33,14 @@ def test_a_resumed_run_appends_under_the_header_already_there(tmp_path):
     frame = pd.read_csv(tmp_path / "logs.csv")
     assert list(frame.columns) == ["time", "frames"]
     assert frame["frames"].tolist() == [10, 20]
+
+
+def test_the_status_line_reads_a_row_and_shows_what_is_missing_as_n_a():
+    row = {"frames": 1_200_000.0, "sps": 1850.4, "mean_episode_return": -20.14,
+           "episodes": 12.0, "policy_lag": 4.06, "total_loss": 3.21}
+    line = logs.status_line(row, 10_000_000, elapsed_s=100.0, start_frames=200_000.0)
+    # 1M frames in 100 s: the remaining 8.8M take 880 s.
+    assert line == ("frames 1.20M/10.00M (12.0%) | ETA 14m40s | SPS 1,850 | return -20.1 "
+                    "(12 eps) | lag 4.1 | loss 3.21")
+    row["mean_episode_return"] = None
+    assert "return n/a (12 eps)" in logs.status_line(row, 10_000_000, 0.0, 0.0)

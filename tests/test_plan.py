@@ -57,18 +57,18 @@ def test_a_local_actor_runs_directly_and_a_remote_one_over_its_own_login(tmp_pat
     assert keyed.ssh["username"] == "bob" and "password" not in keyed.ssh
     # The password login goes through the relay, which reads the CSV: no password anywhere.
     assert "impala.launcher.relay" in password.command and password.ssh_password_in_csv
-    assert "s3cret-pw" not in shlex.join(password.command) + repr(password)
+    assert "s3cret-pw" not in shlex.join(password.command) + repr(password) + repr(plan)
 
 
 def test_preflight_checks_every_distinct_login_and_keys_go_to_every_remote_host(tmp_path):
     cfg, opts, workers, plan = plan_of(tmp_path)
-    checks = preflight_checks(plan, opts, workers)
+    checks = preflight_checks(plan)
     assert sorted((c.access.label, c.lines, c.needs_mpi) for c in checks) == [
         ("alice@10.0.0.2:22", (3,), True),
         ("bob@10.0.0.3:2222", (5,), False),
         ("carol@10.0.0.3:22", (6,), False),
     ]
-    copies = key_copies(cfg, opts, workers)
+    copies = key_copies(plan)
     assert sorted((c.access.label, c.path) for c in copies) == [
         ("alice@10.0.0.2:22", "/srv/impala/runs/CartPole-v1_MLPAgent/keys/run.keys"),
         ("bob@10.0.0.3:2222", f"{PROJECT_ROOT}/runs/CartPole-v1_MLPAgent/keys/run.keys"),
@@ -83,3 +83,20 @@ def test_training_flags_reach_every_process_and_per_process_flags_are_set_per_pr
         command = shlex.join(process.command)
         assert "--batch_size=4" in command and "--entropy_cost=0.02" in command
     assert all(f"--task={i}" in shlex.join(a.command) for i, a in enumerate(plan.actors))
+
+
+def test_every_row_is_placed_once_with_its_checkout_interpreter_and_run_directory(tmp_path):
+    _, _, _, plan = plan_of(tmp_path, run_name="r")
+    by_line = {p.line: p for p in plan.placements}
+    assert sorted(by_line) == [2, 3, 4, 5, 6]
+    here = by_line[2]
+    assert here.local and here.access is None and here.python == sys.executable
+    assert here.run_dir == f"{PROJECT_ROOT}/runs/r" and here.learner_host
+    alice = by_line[3]
+    assert (alice.workdir, alice.python, alice.run_dir) == (
+        "/srv/impala", "/srv/impala/.venv/bin/python", "/srv/impala/runs/r")
+    assert alice.access.label == "alice@10.0.0.2:22" and alice.learner_host
+    # bob and carol share a host but not a login; neither runs a learner.
+    assert {by_line[5].access.label, by_line[6].access.label} == {
+        "bob@10.0.0.3:2222", "carol@10.0.0.3:22"}
+    assert not by_line[5].learner_host and not by_line[6].learner_host

@@ -2,8 +2,9 @@
 
 Pure: nothing here starts, checks or touches a host. `build_plan` returns the learners'
 mpirun and one process per actor (local, over OpenSSH, or through the password relay),
-with every path, pidfile and log; `--dry_run` prints it; the preflight and key copies
-derive from the same workers and options.
+with every path, pidfile and log, and where each CSV row runs (`Placement`: this host or
+a login, checkout, interpreter and run directory there). `--dry_run` prints it; the
+preflight and the key copies read the plan's placements.
 """
 
 from __future__ import annotations
@@ -76,12 +77,26 @@ class Process:
     ssh_password_in_csv: bool = False
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one CSV row's process runs: this host, or a remote one reached by `access`."""
+
+    line: int  # CSV line of the row
+    local: bool
+    workdir: str  # the project checkout on that host
+    python: str  # the interpreter there
+    run_dir: str  # the run directory there
+    access: HostAccess | None  # the row's login; None on this host
+    learner_host: bool  # the host runs a learner (needs mpirun's daemon and Horovod)
+
+
 @dataclass
 class Plan:
     run_dir: Path
     groups: list[LearnerGroup]
     learners: Process  # the one mpirun of every learner
     actors: list[Process]
+    placements: list[Placement]  # one per CSV row, in file order
 
     @property
     def processes(self) -> list[Process]:
@@ -125,64 +140,70 @@ def local_workdir_problems(workers: list[WorkerSpec]) -> list[str]:
             and Path(w.workdir).resolve() != PROJECT_ROOT]
 
 
-def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
+def place_workers(cfg: Config, opts: FrontendOptions,
+                  workers: list[WorkerSpec]) -> dict[int, Placement]:
+    """Each row's placement, by CSV line."""
     addresses = local_addresses()
     settings = ssh_settings(opts)
-    run_name = cfg.resolved_run_name
-    run_dir = Path(run_dir_on(str(PROJECT_ROOT), cfg.logdir, run_name))
-    common = _training_flags(cfg) + [f"--logdir={cfg.logdir}", f"--run_name={run_name}"]
-    groups = learner_groups(workers)
-    wrapper = [sys.executable, "-m", "impala.launcher.logged"]
-    learners = []
-    for group in groups:
-        worker = group.learner
+    learner_ips = {w.ip for w in workers if w.job == "learner"}
+    placements = {}
+    for worker in workers:
         local = is_local(worker.ip, addresses)
         workdir = workdir_of(worker, local, opts)
-        learners.append(LearnerLaunch(worker.ip, worker.port,
-                                      python_of(worker, local, workdir, opts), workdir,
-                                      worker.cuda_visible_devices))
-    mpi = mpirun_command(learners, common, MpiOptions(
-        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(settings),
+        placements[worker.line] = Placement(
+            line=worker.line, local=local, workdir=workdir,
+            python=python_of(worker, local, workdir, opts),
+            run_dir=run_dir_on(workdir, cfg.logdir, cfg.resolved_run_name),
+            access=None if local else host_access(worker, settings),
+            learner_host=worker.ip in learner_ips)
+    return placements
+
+
+def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
+    placements = place_workers(cfg, opts, workers)
+    run_dir = Path(run_dir_on(str(PROJECT_ROOT), cfg.logdir, cfg.resolved_run_name))
+    common = (_training_flags(cfg)
+              + [f"--logdir={cfg.logdir}", f"--run_name={cfg.resolved_run_name}"])
+    groups = learner_groups(workers)
+    launches = []
+    for group in groups:
+        place = placements[group.learner.line]
+        launches.append(LearnerLaunch(group.learner.ip, group.learner.port, place.python,
+                                      place.workdir, group.learner.cuda_visible_devices))
+    mpi = mpirun_command(launches, common, MpiOptions(
+        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(ssh_settings(opts)),
         master_port=opts.master_port))
-    learners_process = Process(
-        name="learners", role="learners", host=", ".join(sorted({w.ip for w in
-                                                                 (g.learner for g in groups)})),
-        local=True, title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
-        command=[*wrapper, "--pidfile", str(run_dir / "pids" / "learners.pid"),
-                 "--log", str(run_dir / "mpirun.log"), "--", *mpi],
-        pidfile=str(run_dir / "pids" / "learners.pid"), log=str(run_dir / "mpirun.log"))
+    pidfile, log = str(run_dir / "pids" / "learners.pid"), str(run_dir / "mpirun.log")
+    learners = Process(
+        name="learners", role="learners",
+        host=", ".join(sorted({g.learner.ip for g in groups})), local=True,
+        title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
+        command=logged_argv(mpi, pidfile, log), pidfile=pidfile, log=log)
 
     # Actor i is the i-th actor of the file and serves learner i mod L.
-    actors = [_actor_process(cfg, opts, settings, worker, groups[task % len(groups)], task,
-                             common, run_dir, addresses)
+    actors = [_actor_process(cfg, opts, worker, placements[worker.line],
+                             groups[task % len(groups)], task, common, run_dir)
               for task, worker in enumerate(w for w in workers if w.job == "actor")]
-    return Plan(run_dir=run_dir, groups=groups, learners=learners_process, actors=actors)
+    return Plan(run_dir=run_dir, groups=groups, learners=learners, actors=actors,
+                placements=list(placements.values()))
 
 
-def _actor_process(cfg: Config, opts: FrontendOptions, settings: SshSettings,
-                   worker: WorkerSpec, group: LearnerGroup, task: int, common: list[str],
-                   run_dir: Path, addresses: set[str]) -> Process:
-    local = is_local(worker.ip, addresses)
-    workdir = workdir_of(worker, local, opts)
-    python = python_of(worker, local, workdir, opts)
+def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place: Placement,
+                   group: LearnerGroup, task: int, common: list[str], run_dir: Path) -> Process:
     name = f"actor-{task}"
-    actor = ["env", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}", python,
+    actor = ["env", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}", place.python,
              "experiment.py", "--job_name=actor", f"--task={task}",
              f"--learner_host={group.learner.address}",
              f"--num_envs={worker.num_envs or cfg.num_envs}", *common]
     pidfile = str(run_dir / "pids" / f"{name}.pid")
     log = str(run_dir / f"{name}.log")
-    wrapper = [sys.executable, "-m", "impala.launcher.logged"]
     title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
-    if local:
-        return Process(name, "actor", worker.ip, True, title, workdir,
-                       [*wrapper, "--pidfile", pidfile, "--log", log, "--", *actor],
-                       pidfile, log, csv_line=worker.line)
-    remote_run_dir = run_dir_on(workdir, cfg.logdir, cfg.resolved_run_name)
-    remote_pidfile = f"{remote_run_dir}/pids/{name}.pid"
-    remote_line = (f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m "
-                   f"impala.launcher.logged --pidfile {shlex.quote(remote_pidfile)} -- "
-                   f"{shlex.join(actor)}")
+    if place.access is None:
+        return Process(name, "actor", worker.ip, True, title, place.workdir,
+                       logged_argv(actor, pidfile, log), pidfile, log, csv_line=worker.line)
+    remote_pidfile = f"{place.run_dir}/pids/{name}.pid"
+    remote_line = (f"cd {shlex.quote(place.workdir)} && exec "
+                   + shlex.join(logged_argv(actor, remote_pidfile, python=place.python)))
     if worker.ssh_password:
         # OpenSSH cannot take a password non-interactively: a paramiko relay reads it from
         # the CSV itself, so it is on no command line.
@@ -192,15 +213,22 @@ def _actor_process(cfg: Config, opts: FrontendOptions, settings: SshSettings,
             transport += ["--ssh_config", opts.ssh_config]
         transport += ["--", "sh", "-c", remote_line]
     else:
-        transport = [*openssh_argv(host_access(worker, settings), settings, tty=True),
-                     remote_line]
+        transport = [*openssh_argv(place.access, ssh_settings(opts), tty=True), remote_line]
     local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
-    login = {k: v for k, v in asdict(host_access(worker, settings)).items() if k != "password"}
-    return Process(name, "actor", worker.ip, False, title, workdir,
-                   [*wrapper, "--pidfile", local_pidfile, "--log", log, "--", *transport],
-                   local_pidfile, log, remote_pidfile=remote_pidfile, remote_python=python,
+    login = {k: v for k, v in asdict(place.access).items() if k != "password"}
+    return Process(name, "actor", worker.ip, False, title, place.workdir,
+                   logged_argv(transport, local_pidfile, log), local_pidfile, log,
+                   remote_pidfile=remote_pidfile, remote_python=place.python,
                    csv_line=worker.line, ssh=login,
                    ssh_password_in_csv=bool(worker.ssh_password))
+
+
+def logged_argv(command: list[str], pidfile: str, log: str | None = None,
+                python: str = sys.executable) -> list[str]:
+    """`command` run under impala.launcher.logged: its own process group, a pidfile, and
+    (given `log`) its output copied to a log file."""
+    return [python, "-m", "impala.launcher.logged", "--pidfile", pidfile,
+            *(["--log", log] if log else []), "--", *command]
 
 
 def ssh_settings(opts: FrontendOptions) -> SshSettings:
@@ -221,37 +249,26 @@ def describe_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def preflight_checks(plan: Plan, opts: FrontendOptions,
-                     workers: list[WorkerSpec]) -> list[PreflightCheck]:
+def preflight_checks(plan: Plan) -> list[PreflightCheck]:
     """One check per distinct login (host, port, user, key, password), interpreter and
     checkout: every row's own credentials are tried, rows that share them once."""
     checks: dict[tuple[HostAccess, str, str], PreflightCheck] = {}
-    learner_ips = {g.learner.ip for g in plan.groups}
-    for worker, access, workdir in _remote_workers(opts, workers):
-        python = python_of(worker, False, workdir, opts)
-        key = (access, python, workdir)
+    for place in plan.placements:
+        if place.access is None:  # this host: nothing to check over ssh
+            continue
+        key = (place.access, place.python, place.workdir)
         previous = checks.get(key)
-        lines = (previous.lines if previous else ()) + (worker.line,)
-        checks[key] = PreflightCheck(access, python, workdir,
-                                     needs_mpi=worker.ip in learner_ips, lines=lines)
+        lines = (previous.lines if previous else ()) + (place.line,)
+        checks[key] = PreflightCheck(place.access, place.python, place.workdir,
+                                     needs_mpi=place.learner_host, lines=lines)
     return list(checks.values())
 
 
-def key_copies(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> list[KeyCopy]:
+def key_copies(plan: Plan) -> list[KeyCopy]:
     """Where each remote host's processes look for the run's key file: <run_dir>/keys."""
     copies: dict[tuple[HostAccess, str], tuple[int, ...]] = {}
-    for worker, access, workdir in _remote_workers(opts, workers):
-        run_dir = run_dir_on(workdir, cfg.logdir, cfg.resolved_run_name)
-        key = (access, f"{run_dir}/{auth.KEYS_FILE}")
-        copies[key] = copies.get(key, ()) + (worker.line,)
+    for place in plan.placements:
+        if place.access is not None:
+            key = (place.access, f"{place.run_dir}/{auth.KEYS_FILE}")
+            copies[key] = copies.get(key, ()) + (place.line,)
     return [KeyCopy(access, path, lines) for (access, path), lines in copies.items()]
-
-
-def _remote_workers(opts: FrontendOptions, workers: list[WorkerSpec]
-                    ) -> list[tuple[WorkerSpec, HostAccess, str]]:
-    """(worker, its login, its checkout) of every row not on this host; local processes
-    need no check and read this host's run directory."""
-    settings = ssh_settings(opts)
-    addresses = local_addresses()
-    return [(worker, host_access(worker, settings), workdir_of(worker, False, opts))
-            for worker in workers if not is_local(worker.ip, addresses)]

@@ -27,6 +27,7 @@ from impala.launcher.plan import (
     preflight_checks,
 )
 from impala.launcher.ssh import preflight
+from impala.logs import status_line
 
 
 def _report(problems: list[str], what: str) -> int:
@@ -37,14 +38,14 @@ def _report(problems: list[str], what: str) -> int:
 
 
 def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: Plan) -> int:
-    checks = preflight_checks(plan, opts, workers)
+    checks = preflight_checks(plan)
     if checks:
         print(f"checking {len(checks)} remote host(s) over ssh ...", flush=True)
     problems = preflight(checks)
     if problems:
         return _report(problems, "preflight failed")
     if cfg.auth == "curve":
-        copies = key_copies(cfg, opts, workers)
+        copies = key_copies(plan)
         problems = copy_keys(plan.run_dir, copies)
         if problems:
             return _report(problems, "the run's keys could not be copied")
@@ -78,7 +79,9 @@ def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: P
     return follow(cfg, opts, plan)
 
 
-def _read_summary(plan: Plan) -> dict[str, str] | None:
+def _last_log_row(plan: Plan) -> dict[str, float | None] | None:
+    """The newest row of logs.csv as numbers (None for empty cells), or None before it has
+    one."""
     path = plan.run_dir / "logs.csv"
     try:
         lines = path.read_text().splitlines()
@@ -86,7 +89,11 @@ def _read_summary(plan: Plan) -> dict[str, str] | None:
         return None
     if len(lines) < 2:
         return None
-    return next(csv.DictReader(io.StringIO(lines[0] + "\n" + lines[-1])))
+    row = next(csv.DictReader(io.StringIO(lines[0] + "\n" + lines[-1])))
+    try:
+        return {key: float(value) if value else None for key, value in row.items()}
+    except (TypeError, ValueError):  # a row still being written
+        return None
 
 
 def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
@@ -99,17 +106,17 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     learners, actors = plan.learners, plan.actors
+    first_seen: tuple[float, float] | None = None  # (time, frames) of the first row read
     time.sleep(2)
     while not interrupted.wait(opts.summary_interval_s):
         alive = sum(logged.is_running(Path(p.pidfile)) for p in actors)
-        row = _read_summary(plan)
+        row = _last_log_row(plan)
         if row:
-            mean_return = row.get("mean_episode_return") or "n/a"
-            frames = int(float(row["frames"]))
-            print(f"frames {frames:,}/{cfg.total_environment_frames:,} "
-                  f"({100 * frames / cfg.total_environment_frames:.1f}%) | "
-                  f"SPS {float(row['sps']):,.0f} | return {mean_return} | "
-                  f"actors alive {alive}/{len(actors)}", flush=True)
+            first_seen = first_seen or (time.time(), row["frames"])
+            # The learner's own status line, ETA measured from the first row seen here.
+            line = status_line(row, cfg.total_environment_frames, time.time() - first_seen[0],
+                               first_seen[1])
+            print(f"{line} | actors alive {alive}/{len(actors)}", flush=True)
         else:
             print(f"waiting for the learners' first log row | actors alive "
                   f"{alive}/{len(actors)}", flush=True)
