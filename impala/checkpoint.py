@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from impala.weights import non_finite
+
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = "impala-mlma/1"
 IDENTITY_FLAGS = ("agent_name", "level_name", "width", "height")
@@ -30,7 +32,7 @@ class CheckpointError(RuntimeError):
 def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None,
          counters: dict[str, int], flags: dict[str, Any]) -> None:
     """Write atomically; refuses (CheckpointError) to replace a checkpoint with NaN weights."""
-    bad = _non_finite(model.state_dict())
+    bad = non_finite(model.state_dict())
     if bad:
         raise CheckpointError(f"not saving {path}: non-finite values in {', '.join(bad[:5])}")
     state = {
@@ -77,6 +79,21 @@ def restore_model(model: nn.Module, state: dict[str, Any], path: Path) -> None:
         raise CheckpointError(f"{path}: model weights do not fit this agent: {exc}") from None
 
 
+def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+           flags: dict[str, Any]) -> dict[str, int]:
+    """Load `path` into the model and the optimizer; returns its counters (frames, updates).
+    CheckpointError, naming the file, if it is another run's or does not fit."""
+    state = load(path, flags)
+    restore_model(model, state, path)
+    if state.get("optimizer"):
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: optimizer state does not fit this agent ({exc})"
+                                  ) from None
+    return {name: state["counters"][name] for name in COUNTERS}
+
+
 def _check_structure(state: dict[str, Any], path: Path) -> None:
     """Refuse a checkpoint whose parts have the wrong types or hold NaN/inf tensors."""
     problems = []
@@ -100,19 +117,12 @@ def _check_structure(state: dict[str, Any], path: Path) -> None:
     if problems:
         raise CheckpointError(f"{path} is damaged: {'; '.join(problems)}; move it away to "
                               "start afresh")
-    bad = _non_finite(model)
+    bad = non_finite(model)
     if isinstance(optimizer, dict):
-        bad += _non_finite({f"optimizer {i}.{name}": value
+        bad += non_finite({f"optimizer {i}.{name}": value
                             for i, entry in optimizer["state"].items() if isinstance(entry, dict)
                             for name, value in entry.items()})
     if bad:
         raise CheckpointError(f"{path} holds NaN or infinite values in {', '.join(bad[:5])}"
                               f"{' ...' if len(bad) > 5 else ''}; resume from an earlier "
                               "copy or move it away to start afresh")
-
-
-def _non_finite(tensors: dict[Any, Any]) -> list[str]:
-    """Names of the floating-point tensors that hold a NaN or an infinity."""
-    return [str(name) for name, t in tensors.items()
-            if isinstance(t, torch.Tensor) and t.is_floating_point()
-            and not bool(torch.isfinite(t).all())]

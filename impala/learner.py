@@ -129,17 +129,8 @@ class Learner:
         weights and optimizer state by `backend.prepare`."""
         counters = Counters()
         if self.is_chief and self.checkpoint_path.exists():
-            state = checkpoint.load(self.checkpoint_path, self.cfg.to_dict())
-            checkpoint.restore_model(self.model, state, self.checkpoint_path)
-            if state.get("optimizer"):
-                try:
-                    optimizer.load_state_dict(state["optimizer"])
-                except (ValueError, KeyError, TypeError, RuntimeError) as exc:
-                    raise checkpoint.CheckpointError(
-                        f"{self.checkpoint_path}: optimizer state does not fit this agent "
-                        f"({exc})") from None
-            counters = Counters(frames=state["counters"]["frames"],
-                                updates=state["counters"]["updates"])
+            counters = Counters(**checkpoint.resume(self.checkpoint_path, self.model,
+                                                    optimizer, self.cfg.to_dict()))
             log.info("resumed from %s at %d frames, %d updates", self.checkpoint_path,
                      counters.frames, counters.updates)
         values = self.backend.broadcast_counters(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
+import torch
 from torch import nn
 
 from impala.transport import FieldSpec
@@ -22,8 +26,24 @@ def weights_arrays(model: nn.Module) -> dict[str, np.ndarray]:
 def finite_weights(model: nn.Module) -> dict[str, np.ndarray]:
     """`weights_arrays`, refusing to hand NaN or infinite weights to any actor."""
     arrays = weights_arrays(model)
-    bad = [name for name, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
+    bad = non_finite(arrays)
     if bad:
         raise FloatingPointError(f"parameters became non-finite ({', '.join(bad[:5])}); "
                                  "not publishing them")
     return arrays
+
+
+def non_finite(values: Mapping[Any, Any]) -> list[str]:
+    """Names of the floating-point tensors or arrays that hold a NaN or an infinity (the
+    one scan behind publishing weights and saving and loading checkpoints)."""
+    bad = []
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            finite = not value.is_floating_point() or bool(torch.isfinite(value).all())
+        elif isinstance(value, np.ndarray):
+            finite = value.dtype.kind != "f" or bool(np.isfinite(value).all())
+        else:
+            continue
+        if not finite:
+            bad.append(str(name))
+    return bad
