@@ -36,13 +36,12 @@ def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> An
 # Per environment family (envs.env_family), the defaults that replace the paper's for the
 # flags a user does not set. `image` environments share Atari's.
 PRESETS: dict[str, dict[str, Any]] = {
-    # Four times the paper's updates per frame and A2C-sized steps: with the paper's values a
-    # normalised step moves each weight 12-31x less per frame than A2C's. Pong was still not
-    # learned in 10M frames with these (sandbox/pong_curve.md: what to try next).
+    # Four times the paper's updates per frame, with the paper's TF-RMSProp step. Per agent
+    # step this moves the weights about as far as A2C does (sandbox/pong_curve.md, "Step
+    # sizes"); the earlier lr 0.001 / epsilon 1e-5 took ~6x larger, noisier steps and did
+    # not learn Pong in 10M frames.
     "atari": {
         "batch_size": 8,
-        "learning_rate": 0.001,
-        "epsilon": 1e-5,
     },
     # CartPole-v1 reaches a mean return of 475 over 100 episodes at 178K-218K frames with
     # these (6 seeds of 6; sandbox/pong_curve.md "CartPole").
