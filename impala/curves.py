@@ -136,34 +136,51 @@ def draw(run_dir: Path) -> None:
         log.warning("could not draw %s: %s", run_dir / CURVE_NAME, exc)
 
 
-def watch(run_dir: Path, parent_pid: int, poll_s: float = 1.0) -> None:
-    """Redraw `run_dir`'s curve.png whenever logs.csv changes, until `parent_pid` is gone."""
+def watch(run_dir: Path, parent_pid: int, poll_s: float = 1.0,
+          max_cpu_share: float = 0.02) -> None:
+    """Redraw `run_dir`'s curve.png when logs.csv has changed, until `parent_pid` is gone;
+    after each drawing wait until it has used at most `max_cpu_share` of one core (a drawing
+    takes ~0.3-1 s of CPU, more as the run grows; every 5 s row it took 10% of a core, 5% of
+    this 2-core machine, from the training run beside it)."""
     last_change = None
+    next_draw = 0.0
     while os.getppid() == parent_pid:
         try:
             change = (run_dir / "logs.csv").stat().st_mtime_ns
         except FileNotFoundError:
             change = None
-        if change is not None and change != last_change:
+        if change is not None and change != last_change and time.monotonic() >= next_draw:
             last_change = change
+            cpu_before = time.process_time()
             draw(run_dir)
+            next_draw = time.monotonic() + (time.process_time() - cpu_before) / max_cpu_share
         time.sleep(poll_s)
 
 
-class CurvePlotter:
-    """A watcher process that redraws curve.png after every log row, in a session of its
-    own at niceness 19: drawing costs ~0.5 s of CPU, which in the learner's process took
-    CPU and the GIL from training; this way it uses only CPU nobody else wants. `close`
-    stops it and draws the final picture in the caller, so that one is always complete."""
+def idle_priority() -> None:
+    """Run only when a core would otherwise be idle (SCHED_IDLE; niceness 19 where that is
+    refused): niceness alone still took a tenth of a core from niced actors."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        lower_priority(19)
 
-    def __init__(self, run_dir: Path) -> None:
+
+class CurvePlotter:
+    """A watcher process that redraws curve.png after new log rows, in a session of its own
+    at idle priority and using at most 2% of a core (`watch`): drawing costs ~0.5 s of CPU,
+    which in the learner's process took CPU and the GIL from training. `close` stops it
+    and draws the final picture in the caller, so that one is always complete."""
+
+    def __init__(self, run_dir: Path, max_cpu_share: float = 0.02) -> None:
         self.run_dir = run_dir
+        self.max_cpu_share = max_cpu_share
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "impala.curves", "--watch", f"--parent={os.getpid()}",
-             str(self.run_dir)],
+             f"--max_cpu_share={self.max_cpu_share}", str(self.run_dir)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
 
@@ -185,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="overlay the runs into this PNG")
     parser.add_argument("--watch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--max_cpu_share", type=float, default=0.02, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.watch:  # started by CurvePlotter
-        lower_priority(19)
-        watch(args.run_dirs[0], args.parent)
+        idle_priority()
+        watch(args.run_dirs[0], args.parent, max_cpu_share=args.max_cpu_share)
         return 0
     missing = [str(d) for d in args.run_dirs if not (d / "logs.csv").exists()]
     if missing:
