@@ -11,6 +11,13 @@ path is right:
   pairs rewards with the wrong step learns nothing here.
 - An episode is `trials` trials; the cue of each trial is random.
 A random policy scores 0 on average; a perfect one scores `trials`.
+
+`impala/DelayedCueLong-v0` pays the reward `delay` = 25 steps after the answer, more than
+an unroll's 20 steps, as a Pong point is paid long after the paddle's move. Meanwhile the
+screen shows whether the answer was right (a bar at the top, or at the bottom), as Pong's
+ball shows where it is going. The answer is then learned only through the value of those
+waiting screens, i.e. through the bootstrap value at unroll ends: a learner that mishandles
+the bootstrap or the return across unroll boundaries learns nothing here.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-CUE, BLANK, GO = 0, 1, 2  # the phases of one trial
+CUE, BLANK, GO, WAIT = 0, 1, 2, 3  # the phases of one trial
 LEFT, RIGHT = 0, 1  # the actions that answer (a third action, 2, never does)
 
 
@@ -29,15 +36,19 @@ class DelayedCueEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, size: int = 36, trials: int = 10, render_mode: str | None = None):
+    def __init__(self, size: int = 36, trials: int = 10, delay: int = 0,
+                 render_mode: str | None = None):
         self.size = size
         self.trials = trials
+        self.delay = delay  # steps between the answer and its reward
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
         self.action_space = gym.spaces.Discrete(3)
         self._trial = 0
         self._phase = CUE
         self._cue = LEFT
+        self._waited = 0
+        self._right = False  # whether the answer being waited on was right
 
     def _frame(self) -> np.ndarray:
         frame = np.full((self.size, self.size), 40, np.uint8)
@@ -47,6 +58,9 @@ class DelayedCueEnv(gym.Env):
             frame[quarter: 3 * quarter, left: left + quarter] = 220
         elif self._phase == GO:  # a bar across the bottom, the same whatever the cue
             frame[-quarter // 2:, :] = 160
+        elif self._phase == WAIT:  # the outcome to come: a block at the top or the bottom
+            rows = slice(0, quarter) if self._right else slice(-quarter, None)
+            frame[rows, quarter: 3 * quarter] = 100
         return frame
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -61,14 +75,25 @@ class DelayedCueEnv(gym.Env):
 
     def step(self, action: int):
         reward = 0.0
-        if self._phase == GO:
+        if self._phase == GO and self.delay == 0:
             reward = 1.0 if int(action) == self._cue else -1.0
-            self._trial += 1
-            self._new_trial()
+            self._end_trial()
+        elif self._phase == GO:
+            self._right = int(action) == self._cue
+            self._phase, self._waited = WAIT, 0
+        elif self._phase == WAIT:
+            self._waited += 1
+            if self._waited >= self.delay:
+                reward = 1.0 if self._right else -1.0
+                self._end_trial()
         else:
             self._phase += 1
         terminated = self._trial >= self.trials
         return self._frame(), reward, terminated, False, {}
+
+    def _end_trial(self) -> None:
+        self._trial += 1
+        self._new_trial()
 
     def render(self) -> np.ndarray:
         return np.repeat(self._frame()[:, :, None], 3, axis=2)
@@ -77,3 +102,6 @@ class DelayedCueEnv(gym.Env):
 def register() -> None:
     if "impala/DelayedCue-v0" not in gym.registry:
         gym.register("impala/DelayedCue-v0", entry_point=DelayedCueEnv, max_episode_steps=400)
+    if "impala/DelayedCueLong-v0" not in gym.registry:
+        gym.register("impala/DelayedCueLong-v0", entry_point=DelayedCueEnv,
+                     kwargs={"trials": 5, "delay": 25}, max_episode_steps=400)
