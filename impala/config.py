@@ -93,6 +93,8 @@ class Config:
     discounting: float = _flag(0.99, "discount factor gamma")
     reward_clipping: str = _flag("abs_one", "reward clipping for the loss",
                                  REWARD_CLIPPING_MODES)
+    passes: int = _flag(1, "optimizer steps per batch, each with V-trace recomputed under the "
+                        "current weights (more learning per frame, more learner time)")
     gradients_clipping: float = _flag(40.0, "clip gradients to this global norm after the "
                                       "allreduce; <= 0 disables")
     learning_rate: float = _flag(0.0006, "RMSProp learning rate, annealed linearly to 0")
@@ -135,7 +137,7 @@ class Config:
         positive = ("num_action_repeats", "width", "height", "batch_size", "unroll_length",
                     "total_environment_frames", "num_envs", "queue_capacity",
                     "test_num_episodes", "learner_threads", "max_message_mb",
-                    "log_interval_s", "checkpoint_interval_s")
+                    "log_interval_s", "checkpoint_interval_s", "passes")
         for name in positive:
             if getattr(self, name) <= 0:
                 yield f"--{name} must be > 0, got {getattr(self, name)}"

@@ -258,8 +258,8 @@ class Learner:
         return Control.from_array(self.backend.allreduce_sum(mine.to_array()))
 
     def step(self, batch: Batch) -> dict[str, float]:
-        """One update at the scheduled learning rate (annealed linearly to 0 over the frame
-        budget); returns its logged scalars."""
+        """One update (`--passes` optimizer steps) at the scheduled learning rate (annealed
+        linearly to 0 over the frame budget); returns the last step's logged scalars."""
         cfg = self.cfg
         progress = min(1.0, self.counters.frames / cfg.total_environment_frames)
         learning_rate = cfg.learning_rate * (1.0 - progress)
@@ -267,8 +267,12 @@ class Learner:
             group["lr"] = learning_rate
         tensors = batch_to_device(batch, self.device)
         core = tuple(t.to(self.device) for t in batch.core_state())
-        stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
-                           self.loss_settings, cfg.gradients_clipping)
+        skipped = 0.0
+        for _ in range(cfg.passes):  # every rank makes the same number: allreduces pair up
+            stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
+                               self.loss_settings, cfg.gradients_clipping)
+            skipped = max(skipped, stats["skipped"])
+        stats["skipped"] = skipped
         stats["learning_rate"] = learning_rate
         return stats
 

@@ -31,6 +31,11 @@ class FakeBackend(SingleLearner):
         self.rank, self.size = rank, 2
         self.others = list(others or [])
         self.sent: list[Control] = []
+        self.steps = 0  # optimizer steps asked for
+
+    def apply_gradients(self, model, optimizer, max_norm: float) -> float:
+        self.steps += 1
+        return super().apply_gradients(model, optimizer, max_norm)
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
         mine = Control.from_array(values)
@@ -166,3 +171,12 @@ def test_a_non_finite_batch_is_counted_as_skipped_and_still_logged(tmp_path):
     assert train(learner, batches, FakeReceiver()) == "stopped"
     assert learner.skipped_updates == 1
     assert read_csv(learner.run_dir / "logs.csv")["skipped_updates"].iloc[-1] == 1
+
+
+def test_passes_take_several_optimizer_steps_per_batch_and_count_one_update(tmp_path):
+    backend = FakeBackend(others=[Control(frames=B * T)] * 2 + [Control(stop=1.0)])
+    learner = make_learner(tmp_path, backend, passes=3)
+    receiver = FakeReceiver()
+    assert train(learner, queue_with(learner, 3), receiver) == "stopped"
+    assert backend.steps == 6 and learner.counters.updates == 2
+    assert receiver.published == [1, 2]
