@@ -74,26 +74,20 @@ class DelayedCueEnv(gym.Env):
         self._cue = int(self.np_random.integers(2))
 
     def step(self, action: int):
-        reward = 0.0
-        if self._phase == GO and self.delay == 0:
-            reward = 1.0 if int(action) == self._cue else -1.0
-            self._end_trial()
-        elif self._phase == GO:
+        if self._phase == GO:  # the answer; paid once `delay` more steps have passed
             self._right = int(action) == self._cue
             self._phase, self._waited = WAIT, 0
         elif self._phase == WAIT:
             self._waited += 1
-            if self._waited >= self.delay:
-                reward = 1.0 if self._right else -1.0
-                self._end_trial()
         else:
             self._phase += 1
+        reward = 0.0
+        if self._phase == WAIT and self._waited >= self.delay:
+            reward = 1.0 if self._right else -1.0
+            self._trial += 1
+            self._new_trial()
         terminated = self._trial >= self.trials
         return self._frame(), reward, terminated, False, {}
-
-    def _end_trial(self) -> None:
-        self._trial += 1
-        self._new_trial()
 
     def render(self) -> np.ndarray:
         return np.repeat(self._frame()[:, :, None], 3, axis=2)

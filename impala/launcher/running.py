@@ -133,6 +133,3 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
 def _end_run(plan: Plan, opts: FrontendOptions) -> None:
     stop_processes(plan.processes, opts, csv_path=opts.workers_csv_path)
     tmux.kill_session(opts.tmux_sess)
-
-
-# ------------------------------------------------------------------------ stop, status
