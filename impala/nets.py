@@ -124,6 +124,7 @@ class SimpleConvNetAgent(Agent):
         conv_out = _flat_size(self.convs, observation_shape)
         self.fc = nn.Sequential(nn.Linear(conv_out, 512), nn.ReLU())
         self._build_heads(512 + num_actions + 1)
+        _init_relu_torso_and_heads(self)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(x))
@@ -205,6 +206,24 @@ class ResNetLSTMAgent(ResNetAgent):
             out, (h, c) = self.lstm(features[t : t + 1], (h * keep, c * keep))
             outputs.append(out)
         return torch.cat(outputs, dim=0), (h, c)
+
+
+def _init_relu_torso_and_heads(agent: Agent) -> None:
+    """Orthogonal weights with gain sqrt(2) and zero biases for the ReLU layers, gain 0.01
+    for the policy head (a near-uniform first policy), 1 for the baseline head.
+
+    Why: under PyTorch's default init each ReLU layer shrinks the signal's variance about
+    six-fold, so on Pong's near-constant screens the 512 features varied by 3e-4 from frame
+    to frame, against 1.0 for the one-hot last action beside them: the heads could barely see
+    the game, and Pong sat at -20.3 for 9M frames (sandbox/pong_curve.md, "Dead torso").
+    Gain sqrt(2) keeps the variance through ReLUs (25x more variation at the features).
+    """
+    for module in agent.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
+            nn.init.zeros_(module.bias)
+    nn.init.orthogonal_(agent.policy.weight, gain=0.01)
+    nn.init.orthogonal_(agent.baseline.weight, gain=1.0)
 
 
 def _flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
