@@ -100,3 +100,36 @@ def test_wrong_observation_rank_is_a_clear_error():
     with pytest.raises(ValueError, match=r"observation must be \[T, B"):
         agent(torch.zeros(3, 4), torch.zeros(3, dtype=torch.long), torch.zeros(3),
               torch.zeros(3, dtype=torch.bool))
+
+
+def _pong_frames(count: int = 100) -> torch.Tensor:
+    """[count, 4, 84, 84] uint8 stacks from real Pong under random play."""
+    from impala.envs import EnvSettings, create_env
+
+    env = create_env(EnvSettings("PongNoFrameskip-v4"), seed=3)
+    observation, _ = env.reset()
+    frames = []
+    for _ in range(count):
+        observation, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        frames.append(torch.as_tensor(observation))
+        if terminated or truncated:
+            observation, _ = env.reset()
+    return torch.stack(frames)
+
+
+def test_a_new_conv_agent_sees_the_game_and_starts_near_uniform():
+    """Pong's screens differ only in the ball and paddles. Under PyTorch's default init the
+    512 features varied by ~3e-4 between frames (beside the one-hot last action's 1.0) and
+    Pong was not learned for 9M frames; the ReLU-preserving init gives ~8e-3. The policy
+    head starts near uniform so no action is favoured before any learning."""
+    torch.manual_seed(0)
+    agent = nets.create_agent("SimpleConvNetAgent", (4, 84, 84), 6)
+    frames = _pong_frames()
+    with torch.no_grad():
+        features = agent.torso(frames.float() / 255.0)
+        steps = torch.zeros(len(frames), 1)
+        output, _ = agent(frames[:, None], steps.long(), steps, steps.bool())
+    variation = features.std(dim=0).mean().item()
+    assert variation > 2e-3, f"features barely change between Pong frames: {variation:.2e}"
+    probabilities = torch.softmax(output.policy_logits, dim=-1)
+    assert (probabilities - 1 / 6).abs().max() < 0.01
