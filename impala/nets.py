@@ -25,6 +25,7 @@ class AgentOutput(NamedTuple):
     policy_logits: torch.Tensor  # [T, B, A]
     baseline: torch.Tensor  # [T, B]
     action: torch.Tensor  # [T, B] int64, sampled from the policy
+    features: torch.Tensor  # [T, B, F] the torso's output, for the learner's health columns
 
 
 class Agent(nn.Module):
@@ -74,8 +75,8 @@ class Agent(nn.Module):
         features = self.torso(x)
         one_hot_last_action = F.one_hot(last_action.flatten(0, 1).long(), self.num_actions)
         clipped_reward = reward.flatten(0, 1).float().clamp(-1, 1).unsqueeze(-1)
-        features = torch.cat([features, one_hot_last_action.float(), clipped_reward], dim=-1)
-        core_output, core_state = self.core(features.view(T, B, -1), done, core_state)
+        core_input = torch.cat([features, one_hot_last_action.float(), clipped_reward], dim=-1)
+        core_output, core_state = self.core(core_input.view(T, B, -1), done, core_state)
         core_output = core_output.flatten(0, 1)
 
         policy_logits = self.policy(core_output)
@@ -87,6 +88,7 @@ class Agent(nn.Module):
                 policy_logits=policy_logits.view(T, B, self.num_actions),
                 baseline=baseline.view(T, B),
                 action=action.view(T, B),
+                features=features.view(T, B, -1),
             ),
             core_state,
         )

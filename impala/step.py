@@ -36,4 +36,17 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
     return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
             "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
             "policy_kl": stats.policy_kl, "rho_clipped": stats.rho_clipped,
-            "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm))}
+            "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm)),
+            **torso_health(output.features.detach())}
+
+
+def torso_health(features: torch.Tensor) -> dict[str, float]:
+    """How much the torso's features [T, B, F] still tell the steps of a batch apart.
+
+    `feature_std`: the std over the batch's T x B steps, averaged over features;
+    `dead_features`: the share of features that are zero at every step (dead ReLUs). A
+    torso whose `feature_std` falls to ~0 shows the heads the same input on every screen:
+    nothing can be learned (sandbox/pong_curve.md, "Dead torso")."""
+    flat = features.flatten(0, 1).float()
+    return {"feature_std": flat.std(dim=0).mean().item(),
+            "dead_features": (flat == 0).all(dim=0).float().mean().item()}

@@ -14,7 +14,7 @@ from impala.learner import Control
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
-from impala.step import learn_step
+from impala.step import learn_step, torso_health
 from tests.helpers import ROOT
 
 T, B = 20, 4
@@ -43,8 +43,19 @@ def test_a_step_moves_every_parameter_and_reports_finite_scalars():
     stats = learn_step(model, optimizer, SingleLearner(), batch(), (), SETTINGS, 40.0)
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert stats["skipped"] == 0.0
-    for name in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm"):
+    for name in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
+                 "feature_std", "dead_features"):
         assert np.isfinite(stats[name]), name
+
+
+def test_torso_health_tells_dead_and_constant_features_from_live_ones():
+    """Feature 0 is zero at every step (a dead ReLU), feature 1 constant but alive, feature
+    2 varies: one dead feature of three, and only feature 2 adds to the spread."""
+    steps = torch.arange(T * B, dtype=torch.float32).view(T, B)
+    features = torch.stack([torch.zeros(T, B), torch.full((T, B), 0.7), steps], dim=-1)
+    health = torso_health(features)
+    assert np.isclose(health["dead_features"], 1 / 3)
+    assert np.isclose(health["feature_std"], steps.flatten().std().item() / 3)
 
 
 def test_no_gradient_flows_into_the_behaviour_logits():
