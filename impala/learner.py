@@ -38,6 +38,11 @@ from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
 
+# Below this the torso's features are the same on every step of a batch: dead ReLUs, from
+# which nothing more is learned (Pong runs with 4x the step got there; live torsos measured
+# 0.004-0.03, PyTorch's default init on Pong 3e-4).
+DEAD_TORSO_FEATURE_STD = 1e-5
+
 
 
 @dataclass
@@ -118,6 +123,7 @@ class Learner:
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
+        self.warned_dead_torso = False
         self.optimizer = backend.prepare(self.model, optimizer)
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
@@ -290,6 +296,13 @@ class Learner:
             log.warning("update %d skipped: non-finite loss or gradient (grad norm %s); "
                         "%d skipped so far", self.counters.updates, stats["grad_norm"],
                         self.skipped_updates)
+        if stats["feature_std"] < DEAD_TORSO_FEATURE_STD and not self.warned_dead_torso:
+            self.warned_dead_torso = True
+            log.warning("update %d: the torso's features no longer vary across the batch "
+                        "(feature_std %.1e, %.0f%% of them always zero): the network cannot "
+                        "tell one observation from another and will learn nothing more; "
+                        "restart with a smaller --learning_rate", self.counters.updates,
+                        stats["feature_std"], 100 * stats["dead_features"])
         interval.last = stats
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,

@@ -180,3 +180,17 @@ def test_passes_take_several_optimizer_steps_per_batch_and_count_one_update(tmp_
     assert train(learner, queue_with(learner, 3), receiver) == "stopped"
     assert backend.steps == 6 and learner.counters.updates == 2
     assert receiver.published == [1, 2]
+
+
+def test_a_torso_whose_features_stopped_varying_is_reported_once(tmp_path, caplog):
+    """Dead ReLUs show as features that are the same at every step of a batch; the learner
+    says so (once) instead of training on silently."""
+    backend = FakeBackend(others=[Control(frames=B * T)] * 3 + [Control(stop=1.0)])
+    learner = make_learner(tmp_path, backend, log_interval_s=0.001)
+    for layer in (learner.model.mlp[0], learner.model.mlp[2]):
+        layer.weight.data.zero_()  # every observation gives the same features
+    with caplog.at_level("WARNING", logger="learner"):
+        assert train(learner, queue_with(learner, 4), FakeReceiver()) == "stopped"
+    warnings = [r.getMessage() for r in caplog.records if "no longer vary" in r.getMessage()]
+    assert len(warnings) == 1 and "--learning_rate" in warnings[0]
+    assert read_csv(learner.run_dir / "logs.csv")["feature_std"].iloc[0] < 1e-5
