@@ -171,6 +171,23 @@ class EnvInfo:
     frame_stack: int  # frames per observation for Atari (sent once each), 0 otherwise
 
 
+def random_play_observations(level_name: str, count: int, seed: int) -> np.ndarray:
+    """[count, *obs] observations, one after each of `count` random actions (a finished
+    episode is reset and play goes on); for checking what a network makes of real screens."""
+    env = create_env(EnvSettings(level_name), seed=seed)
+    env.reset()
+    observations = []
+    try:
+        for _ in range(count):
+            observation, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            observations.append(np.asarray(observation))
+            if terminated or truncated:
+                env.reset()
+    finally:
+        env.close()
+    return np.stack(observations)
+
+
 def describe_env(settings: EnvSettings) -> EnvInfo:
     """Observation shape/dtype and action count, so learners can build nets without stepping."""
     env = create_env(settings)

@@ -13,26 +13,17 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import torch
 from torch import nn
 
-from impala.envs import EnvSettings, create_env
+from impala.envs import random_play_observations
 from impala.nets import create_agent
 
 
 def pong_screens(steps: int = 400) -> torch.Tensor:
-    """[steps / 2, 4, 84, 84] float screens in [0, 1] from random play."""
-    env = create_env(EnvSettings("PongNoFrameskip-v4"), seed=7)
-    observation, _ = env.reset()
-    screens = []
-    for step in range(steps):
-        observation, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            observation, _ = env.reset()
-        if step % 2 == 0:
-            screens.append(np.asarray(observation))
-    return torch.from_numpy(np.stack(screens)).float() / 255.0
+    """[steps / 2, 4, 84, 84] float screens in [0, 1] from random play (every second one)."""
+    observations = random_play_observations("PongNoFrameskip-v4", steps, seed=7)[::2]
+    return torch.from_numpy(observations).float() / 255.0
 
 
 @torch.no_grad()

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from impala import nets
+from impala.envs import random_play_observations
 
 ATARI = (4, 84, 84)
 
@@ -102,21 +103,6 @@ def test_wrong_observation_rank_is_a_clear_error():
               torch.zeros(3, dtype=torch.bool))
 
 
-def _pong_frames(count: int = 100) -> torch.Tensor:
-    """[count, 4, 84, 84] uint8 stacks from real Pong under random play."""
-    from impala.envs import EnvSettings, create_env
-
-    env = create_env(EnvSettings("PongNoFrameskip-v4"), seed=3)
-    observation, _ = env.reset()
-    frames = []
-    for _ in range(count):
-        observation, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        frames.append(torch.as_tensor(observation))
-        if terminated or truncated:
-            observation, _ = env.reset()
-    return torch.stack(frames)
-
-
 def test_a_new_conv_agent_sees_the_game_and_starts_near_uniform():
     """Pong's screens differ only in the ball and paddles. Under PyTorch's default init the
     512 features varied by ~3e-4 between frames (beside the one-hot last action's 1.0) and
@@ -124,7 +110,7 @@ def test_a_new_conv_agent_sees_the_game_and_starts_near_uniform():
     head starts near uniform so no action is favoured before any learning."""
     torch.manual_seed(0)
     agent = nets.create_agent("SimpleConvNetAgent", (4, 84, 84), 6)
-    frames = _pong_frames()
+    frames = torch.from_numpy(random_play_observations("PongNoFrameskip-v4", 100, seed=3))
     with torch.no_grad():
         features = agent.torso(frames.float() / 255.0)
         steps = torch.zeros(len(frames), 1)
