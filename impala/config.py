@@ -39,9 +39,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Four times the paper's updates per frame, with the paper's TF-RMSProp step. Per agent
     # step this moves the weights about as far as A2C does (sandbox/pong_curve.md, "Step
     # sizes"); the earlier lr 0.001 / epsilon 1e-5 took ~6x larger, noisier steps and did
-    # not learn Pong in 10M frames.
+    # not learn Pong in 10M frames. Twice the paper's rate: with the orthogonal init Pong
+    # rises from ~4M frames (run L) instead of ~6M (run H, 0.0006); 4x the rate kills the
+    # conv torso (runs I, K; pong_curve.md "Dead torso").
     "atari": {
         "batch_size": 8,
+        "learning_rate": 0.0012,
     },
     # CartPole-v1 reaches a mean return of 475 over 100 episodes at 178K-218K frames with
     # these (6 seeds of 6; sandbox/pong_curve.md "CartPole").
