@@ -32,16 +32,11 @@ from impala.rollout import (
     UnrollLayout,
     batch_to_device,
 )
-from impala.step import learn_step
+from impala.step import TorsoWatch, learn_step
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
-
-# Below this the torso's features are the same on every step of a batch: dead ReLUs, from
-# which nothing more is learned (Pong runs with 4x the step got there; live torsos measured
-# 0.004-0.03, PyTorch's default init on Pong 3e-4).
-DEAD_TORSO_FEATURE_STD = 1e-5
 
 
 
@@ -123,7 +118,7 @@ class Learner:
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
-        self.warned_dead_torso = False
+        self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
@@ -296,14 +291,29 @@ class Learner:
             log.warning("update %d skipped: non-finite loss or gradient (grad norm %s); "
                         "%d skipped so far", self.counters.updates, stats["grad_norm"],
                         self.skipped_updates)
-        if stats["feature_std"] < DEAD_TORSO_FEATURE_STD and not self.warned_dead_torso:
-            self.warned_dead_torso = True
-            log.warning("update %d: the torso's features no longer vary across the batch "
-                        "(feature_std %.1e, %.0f%% of them always zero): the network cannot "
-                        "tell one observation from another and will learn nothing more; "
-                        "restart with a smaller --learning_rate", self.counters.updates,
-                        stats["feature_std"], 100 * stats["dead_features"])
+        self._warn_about_the_torso(stats)
         interval.last = stats
+
+    def _warn_about_the_torso(self, stats: dict[str, float]) -> None:
+        """Say once when the torso is dying and once when it is dead (dead ReLUs: nothing
+        more is learned, and nothing else would show it but a flat curve)."""
+        state = self.torso_watch.check(stats["feature_std"])
+        if state is None:
+            return
+        watch = self.torso_watch
+        seen = (f"feature_std {stats['feature_std']:.1e}, "
+                f"{100 * stats['dead_features']:.0f}% of the features always zero")
+        if state == "dead":
+            log.warning("update %d: the torso's features no longer vary across the batch "
+                        "(%s): the network cannot tell one observation from another and "
+                        "will learn nothing more; restart with a smaller --learning_rate",
+                        self.counters.updates, seen)
+        else:
+            log.warning("update %d: the torso's features vary %.0fx less than at their "
+                        "peak (%s): its ReLUs are dying, and runs that got here on Pong "
+                        "stopped learning; if feature_std in logs.csv keeps falling, "
+                        "restart with a smaller --learning_rate", self.counters.updates,
+                        watch.peak / max(watch.average, 1e-12), seen)
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
                     logs: LearnerLogs, run_start: float, run_start_frames: int) -> None:

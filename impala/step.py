@@ -4,6 +4,7 @@ averaging, clipping and optimizer step. No sockets, no processes, no clocks."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -50,3 +51,41 @@ def torso_health(features: torch.Tensor) -> dict[str, float]:
     flat = features.flatten(0, 1).float()
     return {"feature_std": flat.std(dim=0).mean().item(),
             "dead_features": (flat == 0).all(dim=0).float().mean().item()}
+
+
+@dataclass
+class TorsoWatch:
+    """Follows `feature_std` update by update and says, once each, when the torso is dying
+    and when it is dead, so that a run that can no longer learn does not train on silently.
+
+    Dead: `feature_std` below `dead` (every step of the batch looks the same to the heads).
+    Dying: its moving average (over ~1 / (1 - smoothing) updates) below `dying_fraction` of
+    the highest average so far. On Pong (sandbox/pong_curve.md, "Dead torso") the runs
+    that died fell 30x or more from their peak within 0.5-0.8M frames, dipping below a
+    tenth by ~0.5M, while the dying ReLUs kept `feature_std` above `dead` for long (run N:
+    2e-4 at 740K frames, 74% of the features dead); the live runs dipped at most to 27%
+    of their peak before rising."""
+
+    dead: float = 1e-5
+    dying_fraction: float = 0.1
+    smoothing: float = 0.99
+    average: float | None = None
+    peak: float = 0.0
+    said: set[str] = field(default_factory=set)
+
+    def check(self, feature_std: float) -> str | None:
+        """Take one update's `feature_std`; returns "dead" or "dying" the first time each
+        is seen (dead first), else None."""
+        self.average = feature_std if self.average is None else (
+            self.smoothing * self.average + (1.0 - self.smoothing) * feature_std)
+        self.peak = max(self.peak, self.average)
+        if feature_std < self.dead:
+            state = "dead"
+        elif self.average < self.dying_fraction * self.peak:
+            state = "dying"
+        else:
+            return None
+        if state in self.said:
+            return None
+        self.said.add(state)
+        return state

@@ -14,7 +14,7 @@ from impala.learner import Control
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
-from impala.step import learn_step, torso_health
+from impala.step import TorsoWatch, learn_step, torso_health
 from tests.helpers import ROOT
 
 T, B = 20, 4
@@ -56,6 +56,30 @@ def test_torso_health_tells_dead_and_constant_features_from_live_ones():
     health = torso_health(features)
     assert np.isclose(health["dead_features"], 1 / 3)
     assert np.isclose(health["feature_std"], steps.flatten().std().item() / 3)
+
+
+def watch_states(values: np.ndarray) -> list[tuple[int, str]]:
+    """(update, state) for every warning a fresh TorsoWatch gives over `values`."""
+    watch = TorsoWatch()
+    return [(i, state) for i, value in enumerate(values)
+            if (state := watch.check(float(value))) is not None]
+
+
+def test_the_torso_watch_warns_of_a_dying_torso_once_and_then_of_a_dead_one():
+    """Shapes of real Pong runs (updates of ~640 frames, noise 20%): run L's live torso
+    dipped from 0.006 to 0.0016 before rising to 0.03; runs N and K fell 30x and more."""
+    rng = np.random.default_rng(0)
+    noise = 1 + 0.2 * rng.standard_normal(3000)
+    dip_then_rise = np.concatenate([np.geomspace(0.006, 0.0016, 700),
+                                    np.geomspace(0.0016, 0.03, 2300)]) * noise
+    assert watch_states(dip_then_rise) == []
+    dying = np.concatenate([np.full(200, 0.006), np.geomspace(0.006, 2e-4, 1000),
+                            np.full(1800, 2e-4)]) * noise
+    states = watch_states(dying)
+    assert [state for _, state in states] == ["dying"]
+    assert 200 < states[0][0] < 1200  # before the fall ends, not after
+    dead = np.concatenate([dying[:1500], np.zeros(1500)])
+    assert [state for _, state in watch_states(dead)] == ["dying", "dead"]
 
 
 def test_no_gradient_flows_into_the_behaviour_logits():

@@ -194,3 +194,15 @@ def test_a_torso_whose_features_stopped_varying_is_reported_once(tmp_path, caplo
     warnings = [r.getMessage() for r in caplog.records if "no longer vary" in r.getMessage()]
     assert len(warnings) == 1 and "--learning_rate" in warnings[0]
     assert read_csv(learner.run_dir / "logs.csv")["feature_std"].iloc[0] < 1e-5
+
+
+def test_a_dying_torso_is_reported_before_it_is_dead(tmp_path, caplog):
+    """A torso whose features fade (ReLUs dying) is reported once while a few features
+    still vary, so the user need not wait for it to die."""
+    learner = make_learner(tmp_path, FakeBackend(others=[]))
+    with caplog.at_level("WARNING", logger="learner"):
+        for value in np.geomspace(0.006, 2e-4, 600):
+            learner._warn_about_the_torso({"feature_std": float(value), "dead_features": 0.7})
+    warnings = [r.getMessage() for r in caplog.records if "dying" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "less than at their peak" in warnings[0] and "70% of the features" in warnings[0]
