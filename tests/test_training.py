@@ -6,12 +6,14 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from impala.config import PRESETS
+from impala.config import PRESETS, parse_config
+from impala.local import RESTART_BACKOFF_S, ActorSupervisor
 from tests.helpers import (
     CARTPOLE_FLAGS,
     dealer_to,
@@ -216,6 +218,32 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
     # Stopping the run ends exactly the actors it started.
     for pid in (new_pids[0], actor1):
         wait_for(lambda pid=pid: not pid_alive(pid), 10, f"actor pid {pid} to exit")
+
+
+def test_an_actor_that_exits_while_the_run_stops_is_not_started_again(tmp_path, caplog):
+    """A signal to the whole run (`pkill -f <run>`, a kill of the process group) reaches the
+    actors too, and they exit while the learner still writes its last checkpoint: the
+    supervisor must not start them again then (it did: two new actors in the run's last
+    second, Pong run M)."""
+    cfg = parse_config(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
+                        f"--logdir={tmp_path}", f"--learner_host=127.0.0.1:{free_port()}"])
+    cfg.run_dir.mkdir(parents=True)
+    run_stopping = threading.Event()
+    supervisor = ActorSupervisor(cfg, cfg.run_dir, run_stopping=run_stopping)
+    with caplog.at_level("INFO", logger="local"):
+        supervisor.start()
+        try:
+            wait_for(lambda: 0 in supervisor.procs, 10, "the actor to start")
+            first = supervisor.procs[0]
+            run_stopping.set()  # what the learner's signal handler sets
+            first.send_signal(signal.SIGTERM)
+            first.wait(timeout=30)
+            time.sleep(RESTART_BACKOFF_S[0] + 1.5)  # past the first restart's delay
+            assert supervisor.procs[0] is first
+        finally:
+            supervisor.stop()
+    assert [r for r in caplog.records if "started actor" in r.getMessage()][1:] == []
+    assert not any("restarting" in r.getMessage() for r in caplog.records)
 
 
 def test_learner_killed_and_restarted_resumes_and_actors_reconnect(tmp_path):
