@@ -44,7 +44,7 @@ def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) ->
         if supervised_actors:
             from impala.local import ActorSupervisor
 
-            supervisor = ActorSupervisor(cfg, run_dir, run_stopping=stop)
+            supervisor = ActorSupervisor(cfg, run_dir, stopping=stop)
             supervisor.start()
         status = learner.run()
     finally:

@@ -39,7 +39,6 @@ from impala.weights import finite_weights
 log = logging.getLogger("learner")
 
 
-
 @dataclass
 class Control:
     """What every rank must agree on before an update: each rank fills in its part and one

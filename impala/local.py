@@ -33,17 +33,16 @@ class ActorSupervisor(threading.Thread):
     """
 
     def __init__(self, cfg: Config, run_dir: Path,
-                 run_stopping: threading.Event | None = None) -> None:
+                 stopping: threading.Event | None = None) -> None:
         super().__init__(name="actor-supervisor", daemon=True)
         self.cfg = cfg
         self.run_dir = run_dir
         self.procs: dict[int, subprocess.Popen] = {}
         self.restarts: dict[int, int] = {}
-        self.stopping = threading.Event()
-        # Set when the run is asked to stop (a signal), before the learner's last
-        # checkpoint and `stop()`: an actor that exits then (a `kill` of the whole process
-        # group, `pkill -f <run>`) must not be started again while the run shuts down.
-        self.run_stopping = run_stopping or threading.Event()
+        # The run's own stop event where there is one: a signal sets it before the
+        # learner's last checkpoint and `stop()`, and an actor the same signal reached
+        # (sent to the whole process group, say) must not be started again meanwhile.
+        self.stopping = stopping or threading.Event()
         self._lock = threading.Lock()
 
     def _start(self, task: int) -> None:
@@ -65,7 +64,7 @@ class ActorSupervisor(threading.Thread):
         while not self.stopping.wait(0.5):
             with self._lock:
                 for task, proc in list(self.procs.items()):
-                    if proc.poll() is None or self._no_restarts():
+                    if proc.poll() is None or self.stopping.is_set():
                         continue
                     if task not in next_start:
                         count = self.restarts.get(task, 0)
@@ -77,9 +76,6 @@ class ActorSupervisor(threading.Thread):
                         del next_start[task]
                         self.restarts[task] = self.restarts.get(task, 0) + 1
                         self._start(task)
-
-    def _no_restarts(self) -> bool:
-        return self.stopping.is_set() or self.run_stopping.is_set()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self.stopping.set()

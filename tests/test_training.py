@@ -221,15 +221,15 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
 
 
 def test_an_actor_that_exits_while_the_run_stops_is_not_started_again(tmp_path, caplog):
-    """A signal to the whole run (`pkill -f <run>`, a kill of the process group) reaches the
-    actors too, and they exit while the learner still writes its last checkpoint: the
-    supervisor must not start them again then (it did: two new actors in the run's last
+    """A signal that reaches the actors as well as the learner (one sent to the whole
+    process group, say) makes them exit while the learner still writes its last checkpoint:
+    the supervisor must not start them again then (it did: two new actors in the run's last
     second, Pong run M)."""
     cfg = parse_config(["--job_name=local", "--num_actors=1", *CARTPOLE_FLAGS,
                         f"--logdir={tmp_path}", f"--learner_host=127.0.0.1:{free_port()}"])
     cfg.run_dir.mkdir(parents=True)
     run_stopping = threading.Event()
-    supervisor = ActorSupervisor(cfg, cfg.run_dir, run_stopping=run_stopping)
+    supervisor = ActorSupervisor(cfg, cfg.run_dir, stopping=run_stopping)
     with caplog.at_level("INFO", logger="local"):
         supervisor.start()
         try:
