@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from impala.process import lower_priority
@@ -29,6 +30,9 @@ log = logging.getLogger("curves")
 
 CURVE_NAME = "curve.png"
 RETURN_WINDOW = 30  # episodes in the bold running mean
+# A running learner writes a log row every --log_interval_s (5 s by default); a silence of
+# more than this (or of 3 median intervals, if longer) is a stop and a resume, not training.
+STOPPED_GAP_S = 300.0
 
 
 def _figure(rows: int, cols: int, size: tuple[float, float]):
@@ -62,6 +66,23 @@ def running_return(episodes: pd.DataFrame) -> pd.Series:
     return episodes["episode_return"].rolling(RETURN_WINDOW, min_periods=1).mean()
 
 
+def running_minutes(logs: pd.DataFrame, times: pd.Series) -> np.ndarray:
+    """Minutes the run had been training at each of `times` (seconds since the epoch).
+
+    A resumed run's logs.csv spans the time it was stopped too; each silence between two log
+    rows longer than STOPPED_GAP_S is left out. A time inside such a silence (an episode
+    written just before the stop or just after the resume) counts as the row before it.
+    """
+    log_times = logs["time"].to_numpy(dtype=float)
+    gaps = np.diff(log_times)
+    longest_interval = max(STOPPED_GAP_S, 3 * float(np.median(gaps))) if len(gaps) else 0.0
+    stopped = np.concatenate([[0.0], np.cumsum(np.where(gaps > longest_interval, gaps, 0.0))])
+    row_minutes = (log_times - log_times[0] - stopped) / 60  # per row, [rows]
+    after = np.searchsorted(log_times, times.to_numpy(dtype=float)).clip(0, len(log_times) - 1)
+    minutes = (times.to_numpy(dtype=float) - log_times[0] - stopped[after]) / 60
+    return np.maximum(minutes, row_minutes[np.maximum(after - 1, 0)])
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     """Draw `run_dir`'s curve.png (or `out`); None if it has no log rows yet."""
     logs = read_csv(run_dir / "logs.csv")
@@ -92,7 +113,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     for ax in axes.flat:
         ax.set_xlabel("frames (millions)")
         ax.grid(alpha=0.3)
-    minutes = (logs["time"].iloc[-1] - logs["time"].iloc[0]) / 60
+    minutes = running_minutes(logs, logs["time"])[-1]
     latest = f", return {running_return(episodes).iloc[-1]:.1f}" if episodes is not None else ""
     figure.suptitle(f"{run_dir.name}: {logs['frames'].iloc[-1] / 1e6:.2f}M frames in "
                     f"{minutes:.0f} min{latest}")
@@ -110,7 +131,7 @@ def overlay(run_dirs: list[Path], out: Path) -> Path:
             continue
         mean = running_return(episodes)
         axes[0, 0].plot(episodes["frames"] / 1e6, mean, label=run_dir.name)
-        axes[0, 1].plot((episodes["time"] - logs["time"].iloc[0]) / 60, mean,
+        axes[0, 1].plot(running_minutes(logs, episodes["time"]), mean,
                         label=run_dir.name)
     for ax, xlabel in zip(axes.flat, ("frames (millions)", "wall time (minutes)"),
                           strict=True):

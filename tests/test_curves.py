@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from impala.curves import CurvePlotter, main, plot_run
+from impala.curves import CurvePlotter, main, plot_run, running_minutes
 from impala.logs import EPISODE_COLUMNS, LOG_COLUMNS, CsvLog
 from tests.helpers import ROOT, pid_alive, wait_for
 
@@ -47,6 +48,25 @@ def test_a_run_gets_its_curve(tmp_path):
     assert out == run_dir / "curve.png"
     width, height = png_size(out)
     assert width > 600 and height > 400
+
+
+def test_the_time_a_run_was_stopped_is_not_counted_as_training(tmp_path):
+    """A run stopped for two hours and resumed: its logs.csv spans 2h 10min, it trained 10."""
+    before = [1000.0 + 5 * i for i in range(60)]  # 5 min of rows, then SIGTERM
+    after = [before[-1] + 7200 + 5 * i for i in range(1, 61)]  # resumed 2 h later, 5 min more
+    logs = pd.DataFrame({"time": before + after})
+    minutes = running_minutes(logs, logs["time"])
+    assert minutes[-1] == pytest.approx(10, abs=0.2)
+    assert np.all(np.diff(minutes) >= 0)
+    # An episode written after the last row before the stop, and one before the first row
+    # after the resume, fall between the rows around them, not two hours off.
+    episodes = pd.Series([before[-1] + 2, after[0] - 2])
+    assert np.all(np.abs(running_minutes(logs, episodes) - minutes[59]) < 0.2)
+
+
+def test_rows_as_far_apart_as_the_log_interval_asks_are_not_stops():
+    logs = pd.DataFrame({"time": [1000.0 + 600 * i for i in range(10)]})  # --log_interval_s=600
+    assert running_minutes(logs, logs["time"])[-1] == pytest.approx(90)
 
 
 def test_no_rows_yet_draws_nothing(tmp_path):
