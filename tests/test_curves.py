@@ -50,7 +50,7 @@ def test_a_run_gets_its_curve(tmp_path):
     assert width > 600 and height > 400
 
 
-def test_the_time_a_run_was_stopped_is_not_counted_as_training(tmp_path):
+def test_the_time_a_run_was_stopped_is_not_counted_as_training():
     """A run stopped for two hours and resumed: its logs.csv spans 2h 10min, it trained 10."""
     before = [1000.0 + 5 * i for i in range(60)]  # 5 min of rows, then SIGTERM
     after = [before[-1] + 7200 + 5 * i for i in range(1, 61)]  # resumed 2 h later, 5 min more
