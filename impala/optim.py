@@ -53,14 +53,8 @@ class RMSpropTF(torch.optim.Optimizer):
                 grad = param.grad
                 mean_square = state["mean_square"]
                 mean_square.mul_(group["decay"]).addcmul_(grad, grad, value=1 - group["decay"])
-                root = mean_square.add(group["epsilon"]).sqrt_()
-                if group["momentum"] == 0:
-                    # mom = lr * g / root, w -= mom in one pass: the fc layer's 1.6M weights
-                    # made the three-pass form cost ~5% of a Pong learner update. The momentum
-                    # buffer then stays zero (it only carries over when momentum > 0).
-                    param.addcdiv_(grad, root, value=-group["lr"])
-                else:
-                    momentum = state["momentum"]
-                    momentum.mul_(group["momentum"]).addcdiv_(grad, root, value=group["lr"])
-                    param.sub_(momentum)
+                update = grad / (mean_square + group["epsilon"]).sqrt_()
+                momentum = state["momentum"]
+                momentum.mul_(group["momentum"]).add_(update, alpha=group["lr"])
+                param.sub_(momentum)
         return loss
