@@ -74,12 +74,13 @@ def running_minutes(logs: pd.DataFrame, times: pd.Series) -> np.ndarray:
     written just before the stop or just after the resume) counts as the row before it.
     """
     log_times = logs["time"].to_numpy(dtype=float)
+    at = times.to_numpy(dtype=float)
     gaps = np.diff(log_times)
     longest_interval = max(STOPPED_GAP_S, 3 * float(np.median(gaps))) if len(gaps) else 0.0
     stopped = np.concatenate([[0.0], np.cumsum(np.where(gaps > longest_interval, gaps, 0.0))])
     row_minutes = (log_times - log_times[0] - stopped) / 60  # per row, [rows]
-    after = np.searchsorted(log_times, times.to_numpy(dtype=float)).clip(0, len(log_times) - 1)
-    minutes = (times.to_numpy(dtype=float) - log_times[0] - stopped[after]) / 60
+    after = np.searchsorted(log_times, at).clip(0, len(log_times) - 1)  # next row's index
+    minutes = (at - log_times[0] - stopped[after]) / 60
     return np.maximum(minutes, row_minutes[np.maximum(after - 1, 0)])
 
 
