@@ -21,7 +21,7 @@ from pathlib import Path
 import common
 import pandas as pd
 
-from impala.curves import RETURN_WINDOW, episodes_of, plot_run
+from impala.curves import RETURN_WINDOW, episodes_of, plot_run, running_minutes
 
 
 def main() -> None:
@@ -53,7 +53,7 @@ def main() -> None:
 def print_curve(run_dir: Path, rows: int) -> None:
     logs = pd.read_csv(run_dir / "logs.csv")
     episodes = episodes_of(run_dir)
-    start = logs["time"].iloc[0]
+    minutes = running_minutes(logs, logs["time"])  # a resumed run's stop is not counted
     print(f"{common.machine()}\n")
     print(f"| frames | wall time (min) | mean return, last {RETURN_WINDOW} episodes | "
           "episodes so far | entropy |")
@@ -64,7 +64,7 @@ def print_curve(run_dir: Path, rows: int) -> None:
         seen = episodes[episodes["frames"] <= row["frames"]]
         recent = seen["episode_return"].tail(RETURN_WINDOW)
         mean = f"{recent.mean():.1f}" if len(recent) else "n/a"
-        print(f"| {int(row['frames']):,} | {(row['time'] - start) / 60:.1f} | {mean} | "
+        print(f"| {int(row['frames']):,} | {minutes[index]:.1f} | {mean} | "
               f"{len(seen)} | {row['entropy']:.3f} |")
 
 
