@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -32,22 +33,49 @@ pytestmark = pytest.mark.slow
 
 CARTPOLE_BUDGET = 300_000  # frames (CartPole: one frame per agent step)
 RUN = "CartPole-v1_MLPAgent"
+# Runs of the same command differ (actor processes race the learner, so batches and policy
+# lag differ): alone on the 2-core machine the defaults reached 475 at 186K-252K frames in
+# 17 runs of 17, but 2 runs in ~7 `make test`s missed (best 454 and 474). A second attempt
+# keeps that ~1-in-10 miss from failing CI; a break of learning still fails both.
+CARTPOLE_ATTEMPTS = 2
+
+
+class CartPoleRun(NamedTuple):
+    run_dir: Path
+    reached_at: int | None  # first frame at which the last 100 episodes' mean reached 475
+    best_mean: float  # the best mean raw return over 100 episodes
+    stderr: str
+
+
+def cartpole_with_the_defaults(logdir: Path) -> CartPoleRun:
+    """One `--job_name=local` CartPole run with no flag but the level and the agent."""
+    result = run(["--job_name=local", *CARTPOLE_FLAGS, f"--logdir={logdir}",
+                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = logdir / RUN
+    episodes = read_csv(run_dir / "episodes-0.csv")
+    rolling = episodes["episode_return"].rolling(100).mean()
+    reached = episodes["frames"][rolling >= 475]
+    return CartPoleRun(run_dir, int(reached.iloc[0]) if len(reached) else None, rolling.max(),
+                       result.stderr)
 
 
 def test_cartpole_is_learned_within_the_frame_budget_with_the_defaults(tmp_path):
     """One learner and two actor processes, no flag but the level and the agent (the
     classic preset decides the rest, its frame budget included); the mean raw return over
-    the last 100 episodes reaches 475 within 300K frames."""
-    result = run(["--job_name=local", *CARTPOLE_FLAGS, f"--logdir={tmp_path}",
-                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_dir = tmp_path / RUN
-    episodes = read_csv(run_dir / "episodes-0.csv")
-    rolling = episodes["episode_return"].rolling(100).mean()
-    reached = episodes["frames"][rolling >= 475]
-    assert len(reached), f"best mean return over 100 episodes: {rolling.max():.1f} (< 475)"
-    assert reached.iloc[0] <= CARTPOLE_BUDGET
+    the last 100 episodes reaches 475 within 300K frames (in one of CARTPOLE_ATTEMPTS)."""
+    misses = []
+    for attempt in range(CARTPOLE_ATTEMPTS):
+        result = cartpole_with_the_defaults(tmp_path / f"attempt-{attempt}")
+        if result.reached_at is not None and result.reached_at <= CARTPOLE_BUDGET:
+            break
+        misses.append(f"best mean return over 100 episodes {result.best_mean:.1f}, 475 "
+                      f"reached at {result.reached_at} frames")
+    else:
+        pytest.fail(f"CartPole not solved within {CARTPOLE_BUDGET} frames in "
+                    f"{CARTPOLE_ATTEMPTS} runs: " + "; ".join(misses))
     # The run directory holds what the README promises.
+    run_dir = result.run_dir
     logs = read_csv(run_dir / "logs.csv")
     for column in ("time", "frames", "sps", "updates", "episodes", "mean_episode_return",
                    "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy",
