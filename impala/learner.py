@@ -23,7 +23,7 @@ from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
 from impala.logs import LearnerLogs, RunMeta, status_line
 from impala.nets import create_agent
-from impala.optim import RMSpropTF
+from impala.optim import RMSpropTF, scheduled_learning_rate
 from impala.process import keep_freed_memory
 from impala.receiver import ReceiverStopped, UnrollReceiver
 from impala.rollout import (
@@ -258,11 +258,13 @@ class Learner:
         return Control.from_array(self.backend.allreduce_sum(mine.to_array()))
 
     def step(self, batch: Batch) -> dict[str, float]:
-        """One update (`--passes` optimizer steps) at the scheduled learning rate (annealed
-        linearly to 0 over the frame budget); returns the last step's logged scalars."""
+        """One update (`--passes` optimizer steps) at the scheduled learning rate (held for
+        `--lr_hold_fraction` of the frame budget, then annealed linearly to 0); returns the
+        last step's logged scalars."""
         cfg = self.cfg
-        progress = min(1.0, self.counters.frames / cfg.total_environment_frames)
-        learning_rate = cfg.learning_rate * (1.0 - progress)
+        learning_rate = scheduled_learning_rate(cfg.learning_rate, self.counters.frames,
+                                                cfg.total_environment_frames,
+                                                cfg.lr_hold_fraction)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         tensors = batch_to_device(batch, self.device)

@@ -22,6 +22,18 @@ from collections.abc import Callable, Iterable
 import torch
 
 
+def scheduled_learning_rate(base: float, frames: int, budget: int, hold_fraction: float) -> float:
+    """The learning rate after `frames` of a `budget` of frames: `base` for the first
+    `hold_fraction` of the budget, then falling linearly to 0 at the budget. A hold of 0 is
+    the paper's anneal from the first frame; a hold of 1 keeps `base` to the end. Holding
+    lets a late riser climb at the full rate and still settles it at the end
+    (sandbox/pong_curve.md, runs Q, Q2 and R)."""
+    hold_frames = hold_fraction * budget
+    if frames <= hold_frames or hold_fraction >= 1.0:
+        return base
+    return base * max(0.0, (budget - frames) / (budget - hold_frames))
+
+
 class RMSpropTF(torch.optim.Optimizer):
     """TensorFlow 1's RMSProp (see the module docstring); a drop-in torch optimizer, so
     Horovod's DistributedOptimizer can wrap it and checkpoints hold its state. Every

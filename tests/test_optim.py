@@ -72,3 +72,18 @@ def test_it_can_be_rebuilt_from_its_param_groups_as_horovod_does():
     original = RMSpropTF([param], lr=0.123, decay=0.5, epsilon=0.2)
     rebuilt = RMSpropTF(original.param_groups)
     assert rebuilt.param_groups[0]["lr"] == 0.123 and rebuilt.param_groups[0]["decay"] == 0.5
+
+
+def test_the_rate_is_held_then_annealed_linearly_to_zero_at_the_budget():
+    from impala.optim import scheduled_learning_rate as rate
+
+    # the paper's schedule: linear from the first frame
+    assert rate(0.001, 0, 1000, 0.0) == 0.001
+    assert rate(0.001, 250, 1000, 0.0) == pytest.approx(0.00075)
+    # held for 80%, then linear: half way through the last fifth is half the rate
+    assert rate(0.001, 800, 1000, 0.8) == 0.001
+    assert rate(0.001, 900, 1000, 0.8) == pytest.approx(0.0005)
+    assert rate(0.001, 1000, 1000, 0.8) == 0.0
+    assert rate(0.001, 1200, 1000, 0.8) == 0.0  # frames past the budget (last batches)
+    # never annealed
+    assert rate(0.001, 1000, 1000, 1.0) == 0.001
