@@ -1,11 +1,12 @@
 """Train Pong with the defaults (the atari preset) and `make train`'s split on this machine,
 and record the learning curve.
 
-  .venv/bin/python bench/pong_curve.py [--frames=10000000] [--minutes=90] [-- extra flags]
+  .venv/bin/python bench/pong_curve.py [--frames=N] [--minutes=120] [-- extra flags]
 
-It runs `experiment.py --job_name=local` with 2 actors x 8 envs until --frames (the
-learning rate anneals over them) or --minutes (then SIGTERM: the learner checkpoints, and
-running the same command again continues the run and the curve). Then it draws the run's
+It runs `experiment.py --job_name=local` with 2 actors x 8 envs until --frames (default: the
+atari preset's 20M; the learning rate is held for 80% of them, then anneals) or --minutes
+(then SIGTERM: the learner checkpoints, and running the same command again continues the run
+and the curve). Then it draws the run's
 curve.png and prints the curve (frames, wall time, mean return of the last 30 episodes,
 entropy) as a Markdown table for sandbox/pong_curve.md.
 """
@@ -27,8 +28,9 @@ from impala.curves import RETURN_WINDOW, episodes_of, plot_run, running_minutes
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, default=10_000_000)
-    parser.add_argument("--minutes", type=float, default=90.0)
+    parser.add_argument("--frames", type=int, default=None,
+                        help="frame budget (default: the preset's)")
+    parser.add_argument("--minutes", type=float, default=120.0)
     parser.add_argument("--logdir", default=str(common.ROOT / "runs" / "pong_curve"))
     parser.add_argument("--run_name", default="pong")
     parser.add_argument("--rows", type=int, default=20, help="rows in the printed table")
@@ -36,7 +38,8 @@ def main() -> None:
     args = parser.parse_args()
     command = [sys.executable, str(common.ROOT / "experiment.py"), "--job_name=local",
                "--level_name=PongNoFrameskip-v4", "--num_actors=2", "--num_envs=8",
-               f"--total_environment_frames={args.frames}", f"--logdir={args.logdir}",
+               *([f"--total_environment_frames={args.frames}"] if args.frames else []),
+               f"--logdir={args.logdir}",
                f"--run_name={args.run_name}", "--log_interval_s=30",
                "--learner_host=127.0.0.1:18777", *args.extra]
     proc = subprocess.Popen(command)
