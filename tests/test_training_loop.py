@@ -182,6 +182,18 @@ def test_passes_take_several_optimizer_steps_per_batch_and_count_one_update(tmp_
     assert receiver.published == [1, 2]
 
 
+def test_the_learner_holds_the_rate_then_anneals_it_to_zero_at_the_budget(tmp_path):
+    learner = make_learner(tmp_path, FakeBackend(), learning_rate=0.001, lr_hold_fraction=0.5,
+                           total_environment_frames=1000)
+    batch = queue_with(learner, 1).ready.get_nowait()
+    logged = []
+    for frames in (0, 500, 750, 1000):
+        learner.counters.frames = frames
+        logged.append(learner.step(batch)["learning_rate"])
+    assert logged == pytest.approx([0.001, 0.001, 0.0005, 0.0])
+    assert all(group["lr"] == 0.0 for group in learner.optimizer.param_groups)
+
+
 def test_a_torso_whose_features_stopped_varying_is_reported_once(tmp_path, caplog):
     """Dead ReLUs show as features that are the same at every step of a batch; the learner
     says so (once) instead of training on silently."""
