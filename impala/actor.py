@@ -12,7 +12,6 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,8 +21,8 @@ from impala.config import Config, parse_host_port
 from impala.envs import create_env, env_info
 from impala.nets import Agent, AgentOutput, create_agent
 from impala.process import lower_priority
-from impala.rollout import UnrollLayout
 from impala.transport import ActorSocket, WireError, decode, encode
+from impala.unroll import EnvStep, UnrollLayout, UnrollWriter
 from impala.weights import weights_schema
 
 log = logging.getLogger("actor")
@@ -128,17 +127,6 @@ class WeightsClient:
         return True
 
 
-@dataclass
-class EnvStep:
-    """The current environment output for all envs, each with a leading [N]."""
-
-    observation: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray  # an episode end for the learner (a lost life counts)
-    last_action: np.ndarray
-    episode_start: np.ndarray  # the environment was reset (its frame stack restarted)
-
-
 class Actor:
     def __init__(self, cfg: Config, stop: threading.Event, keys: RunKeys | None = None
                  ) -> None:
@@ -160,11 +148,8 @@ class Actor:
         self.sock = ActorSocket(host, port, self.max_bytes, send_hwm=cfg.num_envs + 1,
                                 keys=keys)
         self.weights = WeightsClient(self.sock, self.model, self.max_bytes, self.name)
-        self.buffers = {name: np.zeros((cfg.num_envs, *spec.shape), dtype=spec.dtype)
-                        for name, spec in self.layout.schema().items()}
+        self.writer = UnrollWriter(self.layout, cfg.num_envs)
         self.unrolls_sent = 0
-        self.unroll_sets_sent = 0  # `seq` of the next unroll of each env's stream
-        self.streams_open = False  # the learner holds the last stack of every env's stream
         self.finished: list[list[tuple[float, int]]] = [[] for _ in self.envs]
 
     # ------------------------------------------------------------------ environments
@@ -200,22 +185,6 @@ class Actor:
                           torch.from_numpy(step.reward).unsqueeze(0),
                           torch.from_numpy(step.done).unsqueeze(0), core)
 
-    def _record(self, t: int, step: EnvStep, output: AgentOutput) -> None:
-        b = self.buffers
-        stack = self.layout.frame_stack
-        if stack:  # each frame once: step 0's history, then every step's newest frame
-            if t == 0:
-                b["frames"][:, : stack - 1] = step.observation[:, : stack - 1]
-            b["frames"][:, stack - 1 + t] = step.observation[:, stack - 1]
-            b["episode_start"][:, t] = step.episode_start
-        else:
-            b["observation"][:, t] = step.observation
-        b["reward"][:, t] = step.reward
-        b["done"][:, t] = step.done
-        b["last_action"][:, t] = step.last_action
-        b["action"][:, t] = output.action[0].numpy()
-        b["policy_logits"][:, t] = output.policy_logits[0].numpy()
-
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
         log.info("%s: %d x %s, learner %s", self.name, self.cfg.num_envs, self.cfg.level_name,
@@ -228,14 +197,13 @@ class Actor:
         last_report = time.time()
         while not self.stop.is_set():
             version = self.weights.version  # the policy that acts in this unroll
-            self._record(0, step, output)
-            for k, tensor in enumerate(core_before):  # core state before step 0: [L, N, H]
-                self.buffers[f"core_{k}"][:] = tensor.transpose(0, 1).numpy()
+            self.writer.record(0, step, output)
+            self.writer.record_core(core_before)
             for t in range(1, self.cfg.unroll_length + 1):
                 step = self._step_all(output.action[0].numpy())
                 core_before = core
                 output, core = self._act(step, core)
-                self._record(t, step, output)
+                self.writer.record(t, step, output)
             if not self.weights.await_answer(self.stop, self.cfg.learner_host):
                 return
             if not self._send_unrolls(version):
@@ -261,25 +229,12 @@ class Actor:
         return False
 
     def _send_unrolls(self, version: int) -> bool:
-        """Send one unroll per env; False if asked to stop while the learner was away.
-
-        With frame stacking, each env is a stream: after one self-contained unroll, the
-        next ones carry only their T new frames (`unroll_continued`), until the learner
-        asks for a restart (it lost a message, or restarted itself).
-        """
-        stack = self.layout.frame_stack
+        """Send one unroll per env; False if asked to stop while the learner was away."""
         if self.weights.restart_streams:
             log.info("%s: the learner asked to restart the frame streams", self.name)
-            self.weights.restart_streams = self.streams_open = False
-        kind = "unroll_continued" if self.streams_open else "unroll"
-        for i in range(len(self.envs)):
-            arrays = {name: array[i] for name, array in self.buffers.items()}
-            if kind == "unroll_continued":
-                arrays["frames"] = arrays["frames"][stack:]  # step 0's stack is on the learner
-            frames = encode(kind, self.name, arrays, policy_version=version,
-                            episode_returns=[r for r, _ in self.finished[i]],
-                            episode_lengths=[n for _, n in self.finished[i]],
-                            stream=i, seq=self.unroll_sets_sent)
+            self.weights.restart_streams = False
+            self.writer.restart_streams()
+        for i, frames in enumerate(self.writer.messages(self.name, version, self.finished)):
             waited = 0
             while not self.sock.send(frames, SEND_TIMEOUT_MS):
                 if self.stop.is_set():
@@ -290,8 +245,7 @@ class Actor:
                                 self.name, self.cfg.learner_host, waited)
             self.finished[i] = []
             self.unrolls_sent += 1
-        self.unroll_sets_sent += 1
-        self.streams_open = bool(stack)
+        self.writer.sent()
         return True
 
     def close(self) -> None:

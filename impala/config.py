@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,20 @@ class Config:
                                     "full --learning_rate before it anneals linearly to 0 at "
                                     "the end of the budget (0: anneal from the start, as the "
                                     "paper; 1: never anneal)")
+    replay_ratio: float = _flag(0.0, "replayed unrolls per fresh one in each update (LASER): an "
+                                "update trains on the B fresh unrolls plus replay_ratio x B "
+                                "from the learner's replay (fractional values alternate "
+                                "between the two nearest counts); 0 turns replay off")
+    replay_size: int = _flag(10_000, "unrolls each learner's replay holds (the oldest leave "
+                             "first); its memory is logged at start")
+    priority_exponent: float = _flag(0.0, "alpha of prioritized replay: unrolls are sampled "
+                                     "with probability ~ priority^alpha (0: uniform)")
+    importance_sampling_exponent: float = _flag(0.4, "beta of prioritized replay: replayed "
+                                                "unrolls are weighted by (N P(i))^-beta, "
+                                                "normalised by the largest weight")
+    trust_region_threshold: float = _flag(0.0, "LASER's trust region: replayed steps whose "
+                                          "KL(learner policy || behaviour policy) exceeds "
+                                          "this many nats are left out of the loss (0: off)")
     decay: float = _flag(0.99, "RMSProp decay (alpha)")
     momentum: float = _flag(0.0, "RMSProp momentum")
     epsilon: float = _flag(0.01, "RMSProp epsilon")
@@ -150,7 +165,7 @@ class Config:
         positive = ("num_action_repeats", "width", "height", "batch_size", "unroll_length",
                     "total_environment_frames", "num_envs", "queue_capacity",
                     "test_num_episodes", "learner_threads", "max_message_mb",
-                    "log_interval_s", "checkpoint_interval_s", "passes")
+                    "log_interval_s", "checkpoint_interval_s", "passes", "replay_size")
         for name in positive:
             if getattr(self, name) <= 0:
                 yield f"--{name} must be > 0, got {getattr(self, name)}"
@@ -164,6 +179,7 @@ class Config:
             yield f"--learning_rate must be >= 0, got {self.learning_rate}"
         if not 0.0 <= self.lr_hold_fraction <= 1.0:
             yield f"--lr_hold_fraction must be in [0, 1], got {self.lr_hold_fraction}"
+        yield from self._replay_problems()
         try:
             parse_host_port(self.learner_host)
         except ValueError as exc:
@@ -171,6 +187,25 @@ class Config:
         if self.run_name and not re.fullmatch(r"[A-Za-z0-9._-]+", self.run_name):
             yield ("--run_name may hold letters, digits, '.', '_' and '-' only, "
                    f"got {self.run_name!r}")
+
+    def _replay_problems(self):
+        if not (math.isfinite(self.replay_ratio) and self.replay_ratio >= 0):
+            yield f"--replay_ratio must be >= 0 (0 turns replay off), got {self.replay_ratio}"
+        elif self.replay_size < max(self.batch_size, self.max_replayed_per_update):
+            yield (f"--replay_size must hold at least one batch: >= max(--batch_size, "
+                   f"ceil(--replay_ratio x --batch_size)) = "
+                   f"{max(self.batch_size, self.max_replayed_per_update)}, "
+                   f"got {self.replay_size}")
+        for name in ("priority_exponent", "importance_sampling_exponent"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                yield f"--{name} must be in [0, 1], got {getattr(self, name)}"
+        if not self.trust_region_threshold >= 0:
+            yield f"--trust_region_threshold must be >= 0, got {self.trust_region_threshold}"
+
+    @property
+    def max_replayed_per_update(self) -> int:
+        """ceil(replay_ratio x batch_size): the most replayed unrolls one update takes."""
+        return math.ceil(self.replay_ratio * self.batch_size)
 
     @property
     def resolved_run_name(self) -> str:
@@ -195,7 +230,7 @@ class Config:
         from impala.losses import LossSettings  # torch only where the loss is computed
 
         return LossSettings(self.discounting, self.baseline_cost, self.entropy_cost,
-                            self.reward_clipping)
+                            self.reward_clipping, self.trust_region_threshold)
 
     def device_for(self, local_rank: int = 0) -> torch.device:
         """The learner's device: `cuda:<local rank>` (one GPU per rank on a host) or cpu."""

@@ -21,19 +21,16 @@ from impala import auth, checkpoint
 from impala.config import PRESETS, Config, parse_host_port
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
+from impala.laser import ReplayedPart, UnrollReplay
 from impala.logs import LearnerLogs, RunMeta, status_line
 from impala.nets import create_agent
 from impala.optim import RMSpropTF, scheduled_learning_rate
 from impala.process import keep_freed_memory
 from impala.receiver import ReceiverStopped, UnrollReceiver
-from impala.rollout import (
-    Batch,
-    BatchQueue,
-    UnrollLayout,
-    batch_to_device,
-)
+from impala.rollout import Batch, BatchQueue, core_state, to_device
 from impala.step import TorsoWatch, learn_step
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
+from impala.unroll import UnrollLayout
 from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
@@ -116,6 +113,11 @@ class Learner:
         optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
+        # LASER: each rank replays its own actors' unrolls (rebuilt from new ones on resume).
+        self.replay = UnrollReplay(
+            self.layout, cfg.batch_size, cfg.replay_ratio, cfg.replay_size,
+            cfg.priority_exponent, cfg.importance_sampling_exponent, seed=cfg.seed + self.rank,
+        ) if cfg.replay_ratio > 0 else None
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
@@ -179,7 +181,10 @@ class Learner:
         sock = LearnerSocket(host, port, self.largest_frame(),
                              receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
                              keys=self.keys)
-        batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity)
+        replay = self.replay
+        batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity,
+                             extra_columns=replay.max_replayed if replay else 0,
+                             keep_stored=replay is not None)
         receiver = self.receiver = UnrollReceiver(
             sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
             name=f"learner-{self.rank}")
@@ -259,21 +264,32 @@ class Learner:
 
     def step(self, batch: Batch) -> dict[str, float]:
         """One update (`--passes` optimizer steps) at the scheduled learning rate (held for
-        `--lr_hold_fraction` of the frame budget, then annealed linearly to 0); returns the
-        last step's logged scalars."""
+        `--lr_hold_fraction` of the frame budget, then annealed linearly to 0) on the
+        batch's fresh unrolls and, with replay, replayed ones; returns the last step's
+        logged scalars."""
         cfg = self.cfg
         learning_rate = scheduled_learning_rate(cfg.learning_rate, self.counters.frames,
                                                 cfg.total_environment_frames,
                                                 cfg.lr_hold_fraction)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
-        tensors = batch_to_device(batch, self.device)
-        core = tuple(t.to(self.device) for t in batch.core_state())
+        part = ReplayedPart(None, batch.size, 0)
+        extra = {}
+        if self.replay is not None:
+            part = self.replay.mix_into(batch, self.counters.updates)
+            extra = self.replay.loss_inputs(part)
+            self.replay.keep(batch)
+        tensors = to_device(batch.columns(part.columns) | extra, self.device)
+        core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
         skipped = 0.0
         for _ in range(cfg.passes):  # every rank makes the same number: allreduces pair up
             stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
                                self.loss_settings, cfg.gradients_clipping)
             skipped = max(skipped, stats["skipped"])
+        unroll_errors = stats.pop("unroll_errors")
+        if self.replay is not None:
+            self.replay.update_priorities(part, unroll_errors)
+            stats |= self.replay.stats(part)
         stats["skipped"] = skipped
         stats["learning_rate"] = learning_rate
         return stats

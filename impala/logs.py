@@ -33,7 +33,8 @@ LOG_COLUMNS = [
     "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
     "policy_kl", "rho_clipped", "learning_rate", "policy_lag", "queue_depth",
     "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
-    "feature_std", "dead_features",
+    "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",
+    "trust_region_masked",
 ]
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]

@@ -62,6 +62,9 @@ class LossSettings:
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clipping: str = "abs_one"
+    # LASER's trust region: a replayed step whose KL(pi || mu) exceeds this (nats) is left
+    # out of the policy-gradient and baseline losses; 0 turns the mask off.
+    trust_region_threshold: float = 0.0
 
 
 class LossStats(NamedTuple):
@@ -73,6 +76,8 @@ class LossStats(NamedTuple):
     # V-trace cuts most traces and the update learns little from the batch.
     policy_kl: float  # mean KL(behaviour || target) per step (nats)
     rho_clipped: float  # share of steps whose importance weight was clipped at 1
+    trust_region_masked: float  # share of replayed steps left out by the trust region
+    unroll_errors: torch.Tensor  # [B] mean |v_s - V(x_s)| over each unroll's T steps
 
 
 def impala_loss(
@@ -83,8 +88,10 @@ def impala_loss(
     rewards: torch.Tensor,
     done: torch.Tensor,
     settings: LossSettings,
+    column_weights: torch.Tensor | None = None,
+    replayed: torch.Tensor | None = None,
 ) -> LossStats:
-    """The IMPALA loss over a batch of T+1-step unrolls.
+    """The IMPALA loss over a batch of T+1-step unrolls, fresh and (LASER) replayed.
 
     Args:
       target_logits: [T+1, B, A] learner policy logits.
@@ -93,6 +100,11 @@ def impala_loss(
       actions: [T+1, B] actions taken at each step.
       rewards: [T+1, B] reward received on arriving at each step (raw; clipped here).
       done: [T+1, B] True where the step begins a new episode (the previous one ended).
+      column_weights: [B] importance weights of prioritized replay (1 for fresh unrolls);
+        they scale each unroll's policy-gradient and baseline terms.
+      replayed: [B] True for unrolls that came from replay. Their steps outside the trust
+        region are masked, and they add nothing to the entropy bonus or to the logged
+        entropy, KL and clipping shares, which describe the fresh data as without replay.
     """
     bootstrap_value = baseline[-1]
     target_logits, baseline = target_logits[:-1], baseline[:-1]
@@ -109,19 +121,49 @@ def impala_loss(
         values=baseline,
         bootstrap_value=bootstrap_value,
     )
-    pg = policy_gradient_loss(target_logits, actions, returns.pg_advantages)
-    value = baseline_loss(returns.vs - baseline)
-    neg_entropy = entropy_loss(target_logits)
+    step_weights = torch.ones_like(baseline)
+    masked_share = 0.0
+    fresh = slice(None)
+    if column_weights is not None:
+        step_weights = step_weights * column_weights.to(step_weights.dtype)
+    if replayed is not None:
+        replayed = replayed.bool()
+        fresh = ~replayed
+        if settings.trust_region_threshold > 0 and replayed.any():
+            inside = trust_region_mask(target_logits.detach(), behavior_logits,
+                                       settings.trust_region_threshold)
+            outside = ~inside & replayed
+            step_weights = step_weights * (~outside).to(step_weights.dtype)
+            masked_share = outside.sum().item() / (replayed.sum().item() * len(actions))
+    pg = policy_gradient_loss(target_logits, actions, returns.pg_advantages * step_weights)
+    errors = returns.vs - baseline
+    value = baseline_loss(errors * step_weights.sqrt())
+    neg_entropy = entropy_loss(target_logits[:, fresh])
     total = pg + settings.baseline_cost * value + settings.entropy_cost * neg_entropy
-    steps = actions.numel()
+    fresh_steps = actions[:, fresh].numel()
     return LossStats(
         total_loss=total,
         pg_loss=pg.item(),
         baseline_loss=value.item(),
-        entropy=-neg_entropy.item() / steps,
-        policy_kl=mean_kl(behavior_logits, target_logits.detach()),
-        rho_clipped=(returns.log_rhos > 0).float().mean().item(),
+        entropy=-neg_entropy.item() / fresh_steps,
+        policy_kl=mean_kl(behavior_logits[:, fresh], target_logits[:, fresh].detach()),
+        rho_clipped=(returns.log_rhos[:, fresh] > 0).float().mean().item(),
+        trust_region_masked=masked_share,
+        unroll_errors=errors.detach().abs().mean(dim=0),
     )
+
+
+def trust_region_mask(target_logits: torch.Tensor, behavior_logits: torch.Tensor,
+                      threshold: float) -> torch.Tensor:
+    """LASER's trust region: True for the steps whose KL(pi || mu) <= `threshold` nats.
+
+    pi (target) and mu (behaviour) are softmax distributions of logits [T, B, A]; the KL is
+    computed from their log-softmax, never from the raw logits. Returns [T, B] bool.
+    """
+    log_pi = F.log_softmax(target_logits.float(), dim=-1)
+    log_mu = F.log_softmax(behavior_logits.float(), dim=-1)
+    kl = torch.sum(log_pi.exp() * (log_pi - log_mu), dim=-1)
+    return kl <= threshold
 
 
 def mean_kl(behavior_logits: torch.Tensor, target_logits: torch.Tensor) -> float:

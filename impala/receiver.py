@@ -3,8 +3,9 @@
 `UnrollReceiver` reads the socket, validates each message (wire format, then values) and
 copies it straight into a preallocated batch, so the next batch is assembled while the
 current one trains; it answers weight requests from what the training loop published, and
-runs the frame-stream restart protocol (framestack.py). Any message that fails in any way
-is a counted drop; if the thread itself ends, `error` says why.
+runs the frame-stream restart protocol (framestack.py). The unroll itself is unroll.py's
+(`UnrollReader`). Any message that fails in any way is a counted drop; if the thread itself
+ends, `error` says why.
 """
 
 from __future__ import annotations
@@ -15,15 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from impala.framestack import FrameStreams, StreamGap
-from impala.rollout import (
-    MAX_COUNTER,
-    BatchQueue,
-    UnrollLayout,
-    check_unroll_values,
-    parse_stream_meta,
-    parse_unroll_meta,
-)
+from impala.framestack import StreamGap
+from impala.rollout import BatchQueue
 from impala.transport import (
     DropLog,
     LearnerSocket,
@@ -33,6 +27,7 @@ from impala.transport import (
     encode,
     meta_int,
 )
+from impala.unroll import MAX_COUNTER, UnrollLayout, UnrollReader
 
 log = logging.getLogger("learner")
 
@@ -52,13 +47,8 @@ class UnrollReceiver(threading.Thread):
         self.batches = batches
         self.max_bytes = max_bytes
         self.learner_name = name
-        self.schemas = {"unroll": layout.schema(), "weights_request": None}
-        self.streams: FrameStreams | None = None
-        if layout.frame_stack:
-            self.schemas["unroll_continued"] = layout.schema(continued=True)
-            stack, *frame_shape = layout.observation_shape
-            self.streams = FrameStreams(layout.unroll_length, stack, tuple(frame_shape),
-                                        layout.observation_dtype)
+        self.reader = UnrollReader(layout)
+        self.schemas = {**self.reader.schemas, "weights_request": None}
         self.drops = DropLog(log.warning)
         self.stop_event = threading.Event()
         self.unrolls = 0
@@ -102,26 +92,16 @@ class UnrollReceiver(threading.Thread):
                             f"unexpected {type(exc).__name__}: {exc}")
 
     def _take_unroll(self, identity: bytes, message: Message) -> None:
-        version, episodes = parse_unroll_meta(message, max_episodes=self.layout.unroll_length + 1)
-        check_unroll_values(message.arrays, self.layout.num_actions)
-        stream_key = None
-        if self.streams is not None:
-            stream, seq = parse_stream_meta(message)
+        try:
             # Keyed by the ZeroMQ identity, which a peer cannot choose (a name it can).
-            stream_key = (identity, stream)
-            if message.kind == "unroll_continued":
-                try:
-                    message.arrays["frames"] = self.streams.continued(
-                        stream_key, seq, message.arrays["frames"])
-                except StreamGap as gap:
-                    self._restart_streams(identity, message.sender, str(gap))
-                    return
-        if self.batches.add(message, version, episodes, self.stop_event):
+            unroll = self.reader.read(identity, message)
+        except StreamGap as gap:
+            self._restart_streams(identity, message.sender, str(gap))
+            return
+        if self.batches.add(unroll, self.stop_event):
             self.unrolls += 1
             self.senders.add(message.sender)
-            if stream_key is not None:
-                self.streams.remember(stream_key, seq, message.arrays["frames"],
-                                      message.arrays["episode_start"])
+            self.reader.kept(unroll)
 
     def _restart_streams(self, identity: bytes, sender: str, why: str) -> None:
         """Drop an unroll whose stream cannot go on; the answer to the peer's next weights
@@ -131,7 +111,7 @@ class UnrollReceiver(threading.Thread):
             if len(self._restart_requested) >= MAX_PENDING_RESTARTS:  # peers that left
                 self._restart_requested.pop()
             self._restart_requested.add(identity)
-            self.streams.forget(identity)
+            self.reader.forget(identity)
             log.info("%s: an unroll %s; asking it to restart its frame streams "
                      "(%d unrolls dropped for this so far)", sender[:50], why,
                      self.stream_restarts)

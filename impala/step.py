@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -15,16 +16,19 @@ from impala.nets import Agent
 
 def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
-               settings: LossSettings, max_grad_norm: float) -> dict[str, float]:
+               settings: LossSettings, max_grad_norm: float) -> dict[str, Any]:
     """One update on a batch of `[T+1, B, ...]` tensors (observation, last_action, reward,
-    done, action, policy_logits); returns the logged scalars, `skipped` 1.0 when the update
-    was not applied because the loss or the averaged gradient was not finite."""
+    done, action, policy_logits; with replay also `importance_weight` and `replayed`, [B]);
+    returns the logged scalars, `skipped` 1.0 when the update was not applied because the
+    loss or the averaged gradient was not finite, and `unroll_errors` ([B] array, not a
+    scalar: each unroll's mean |v_s - V(x_s)|, for replay priorities)."""
     output, _ = model(batch["observation"], batch["last_action"], batch["reward"],
                       batch["done"], core_state)
     stats = impala_loss(
         target_logits=output.policy_logits, baseline=output.baseline,
         behavior_logits=batch["policy_logits"], actions=batch["action"],
         rewards=batch["reward"], done=batch["done"], settings=settings,
+        column_weights=batch.get("importance_weight"), replayed=batch.get("replayed"),
     )
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
     # A non-finite loss on this rank must stop the update on every rank: times NaN, every
@@ -37,7 +41,9 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
     return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
             "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
             "policy_kl": stats.policy_kl, "rho_clipped": stats.rho_clipped,
+            "trust_region_masked": stats.trust_region_masked,
             "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm)),
+            "unroll_errors": stats.unroll_errors.cpu().numpy(),
             **torso_health(output.features.detach())}
 
 

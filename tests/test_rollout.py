@@ -4,26 +4,31 @@ import threading
 
 import numpy as np
 
-from impala.rollout import BatchQueue, UnrollLayout, parse_unroll_meta
+from impala.rollout import BatchQueue
 from impala.transport import Message, WireError
+from impala.unroll import EpisodeStats, Unroll, UnrollLayout, UnrollReader, parse_unroll_meta
 
 LAYOUT = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
                       num_actions=2, core_shapes=((1, 5),))
 
 
-def unroll(value):
+def message(value):
     arrays = {name: np.full(spec.shape, value, dtype=spec.dtype)
               for name, spec in LAYOUT.schema().items()}
     return Message("unroll", "a", {"policy_version": 1}, arrays)
+
+
+def unroll(value):
+    """An unroll as the reader hands it over (values unchecked: these tests fill every
+    field with one value)."""
+    return Unroll(message(value).arrays, "a", 1, EpisodeStats([], []))
 
 
 def test_batches_are_time_major_and_zero_copy():
     queue = BatchQueue(LAYOUT, batch_size=2, capacity=1)
     stop = threading.Event()
     for value in (1, 2):
-        message = unroll(value)
-        version, episodes = parse_unroll_meta(message, 4)
-        assert queue.add(message, version, episodes, stop)
+        assert queue.add(unroll(value), stop)
     batch = queue.get(timeout=1)
     assert batch.tensors["observation"].shape == (4, 2, 2)  # [T+1, B, obs]
     assert batch.tensors["core_0"].shape == (1, 2, 5)  # [L, B, H]
@@ -36,17 +41,17 @@ def test_full_queue_pushes_back_until_released():
     queue = BatchQueue(LAYOUT, batch_size=1, capacity=1)
     stop = threading.Event()
     for _ in range(3):  # capacity 1 + one training + one filling
-        assert queue.add(unroll(0), 0, parse_unroll_meta(unroll(0), 4)[1], stop)
+        assert queue.add(unroll(0), stop)
     stop.set()  # nothing free now: add waits, then gives up because of stop
-    assert not queue.add(unroll(0), 0, parse_unroll_meta(unroll(0), 4)[1], stop)
+    assert not queue.add(unroll(0), stop)
 
 
 def test_bad_episode_meta_is_rejected():
-    message = unroll(0)
-    message.meta = {"policy_version": 1, "episode_returns": [1.0, "x"],
-                    "episode_lengths": [3, 4]}
+    bad = message(0)
+    bad.meta = {"policy_version": 1, "episode_returns": [1.0, "x"],
+                "episode_lengths": [3, 4]}
     try:
-        parse_unroll_meta(message, 4)
+        parse_unroll_meta(bad, 4)
     except WireError as exc:
         assert "episode_returns" in str(exc)
     else:
@@ -71,8 +76,10 @@ def test_atari_unrolls_travel_as_single_frames_and_are_rebuilt_in_the_batch():
     arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in schema.items()}
     arrays["frames"], arrays["episode_start"] = frames, starts
     queue = BatchQueue(layout, batch_size=1, capacity=1)
-    queue.add(Message("unroll", "a", {"policy_version": 0}, arrays), 0, parse_unroll_meta(
-        Message("unroll", "a", {"policy_version": 0}, arrays), 4)[1], threading.Event())
+    read = UnrollReader(layout).read("peer", Message("unroll", "a", {"policy_version": 0,
+                                                                     "stream": 0, "seq": 0},
+                                                       arrays))
+    queue.add(read, threading.Event())
     observation = queue.get(timeout=1).arrays["observation"][:, 0]
     assert observation.shape == (21, 4, 84, 84)
     np.testing.assert_array_equal(observation[3], frames[3:7])  # a plain sliding window

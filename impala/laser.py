@@ -1,0 +1,116 @@
+"""LASER for IMPALA (Schmitt, Hessel, Simonyan 2019): each update trains on its B fresh
+unrolls plus about `replay_ratio` x B unrolls from the learner's own replay.
+
+`UnrollReplay` keeps the stored form of the learner's fresh unrolls (unroll.py: frames once
+per step) in a `ReplayMemory` and writes sampled ones into the columns after the fresh
+ones of a batch (rollout.Batch), with their importance weights. The loss (losses.py) masks
+replayed steps outside the trust region; the learner hands back each replayed unroll's
+error as its new priority.
+
+Every rank draws the same number of replayed unrolls at every update (a function of the
+update count, which all ranks share, and of the fill, which grows the same on all ranks),
+so batch shapes match and the allreduces pair up.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from impala.replay import ReplayMemory, ReplaySample
+from impala.rollout import Batch
+from impala.unroll import UnrollLayout, write_batch_column
+
+log = logging.getLogger("learner")
+
+IMPORTANCE_WEIGHT = "importance_weight"  # [B] batch tensors the loss reads (losses.py)
+REPLAYED = "replayed"
+
+
+@dataclass
+class ReplayedPart:
+    """What one update took from replay."""
+
+    sample: ReplaySample | None
+    fresh: int  # columns [0, fresh) are fresh
+    count: int  # columns [fresh, fresh + count) are replayed
+
+    @property
+    def columns(self) -> int:
+        return self.fresh + self.count
+
+
+def replayed_count(update: int, ratio: float, batch_size: int) -> int:
+    """How many replayed unrolls update `update` takes: floor((u+1) r B) - floor(u r B), so
+    a fractional r x B alternates between its two nearest integers and averages to it."""
+    return math.floor((update + 1) * ratio * batch_size) - math.floor(update * ratio * batch_size)
+
+
+class UnrollReplay:
+    def __init__(self, layout: UnrollLayout, batch_size: int, ratio: float, size: int,
+                 priority_exponent: float, importance_sampling_exponent: float,
+                 seed: int) -> None:
+        self.layout = layout
+        self.batch_size = batch_size
+        self.ratio = ratio
+        self.max_replayed = math.ceil(ratio * batch_size)
+        fields = layout.schema()
+        check_memory(ReplayMemory.bytes_needed(fields, size), size, layout)
+        self.memory = ReplayMemory(fields, size, priority_exponent,
+                                   importance_sampling_exponent, seed)
+        columns = batch_size + self.max_replayed
+        self.weights = torch.ones(columns)
+        self.replayed = torch.zeros(columns, dtype=torch.bool)
+        self.replayed[batch_size:] = True
+
+    def mix_into(self, batch: Batch, update: int) -> ReplayedPart:
+        """Write this update's replayed unrolls into `batch` after its fresh ones."""
+        count = min(replayed_count(update, self.ratio, self.batch_size), len(self.memory))
+        if count == 0:
+            return ReplayedPart(None, batch.size, 0)
+        sample = self.memory.sample(count)
+        for j, slot in enumerate(sample.indices):
+            write_batch_column(self.memory.item(slot), batch.arrays, batch.size + j)
+        self.weights[batch.size:batch.size + count] = torch.from_numpy(sample.weights)
+        return ReplayedPart(sample, batch.size, count)
+
+    def loss_inputs(self, part: ReplayedPart) -> dict[str, torch.Tensor]:
+        """The per-column tensors the loss needs for `part`'s columns, each [B + count]."""
+        return {IMPORTANCE_WEIGHT: self.weights[:part.columns],
+                REPLAYED: self.replayed[:part.columns]}
+
+    def keep(self, batch: Batch) -> None:
+        """Store the batch's fresh unrolls (after sampling: none is replayed in the update
+        that brought it)."""
+        assert batch.stored is not None, "the batch queue must keep the stored form"
+        self.memory.add(batch.stored)
+
+    def update_priorities(self, part: ReplayedPart, unroll_errors: np.ndarray) -> None:
+        """`unroll_errors` [B + count]: each column's error in the update just made."""
+        if part.sample is not None:
+            self.memory.update_priorities(part.sample.indices,
+                                          unroll_errors[part.fresh:part.columns])
+
+    def stats(self, part: ReplayedPart) -> dict[str, float]:
+        return {
+            "replay_fill": len(self.memory) / self.memory.capacity,
+            "replayed_share": part.count / part.columns,
+            "replay_age": float(part.sample.ages.mean()) if part.sample is not None else None,
+        }
+
+
+def check_memory(needed: int, size: int, layout: UnrollLayout) -> None:
+    """Log what the replay will take; refuse a size the machine cannot hold at all."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    log.info("replay: %d unrolls x %.1f KiB (frames once per step) = %.2f GiB, filled as "
+             "unrolls arrive; this machine has %.1f GiB", size, layout.stored_bytes() / 2**10,
+             needed / 2**30, total / 2**30)
+    if needed > 0.8 * total:
+        raise ValueError(f"--replay_size={size} needs {needed / 2**30:.1f} GiB per learner, "
+                         f"more than 80% of this machine's {total / 2**30:.1f} GiB; "
+                         f"use at most {int(0.8 * total / layout.stored_bytes())} unrolls")

@@ -1,0 +1,330 @@
+"""The unroll, in one place: its fields, how an actor writes it, how a learner reads it.
+
+An unroll holds T+1 steps of one environment; step 0 repeats the last step of the previous
+unroll. Per step it has the environment's output (observation, reward on arrival, done =
+"this step starts a new episode", last_action) and the agent's output on it (action,
+policy_logits), plus the agent's core state before step 0.
+
+Three forms, all derived from `UnrollLayout`:
+- **stored** (`layout.schema()`): a self-contained unroll. With frame stacking (Atari) the
+  observations travel as `frames [T+S, H, W]` (each frame once) and `episode_start [T+1]`
+  (framestack.py). This is what an actor sends first, and what replay keeps.
+- **continued** (`layout.schema(continued=True)`): the same, with only the T new frames; the
+  learner prepends the S frames it kept from the stream's previous unroll.
+- **batch column** (`layout.batch_fields()`): what the learner trains on, observations
+  rebuilt as `[T+1, S, H, W]` stacks by `write_batch_column`.
+
+Actors use `UnrollWriter`; learners use `UnrollReader` (values checked, stream continued)
+and `write_batch_column`; replay stores the stored form. Nothing else knows the layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from impala.framestack import FrameStreams, rebuild_stacks
+from impala.transport import FieldSpec, Message, WireError, encode, meta_int
+
+if TYPE_CHECKING:  # annotations only: the layout needs neither gymnasium nor the nets
+    from impala.envs import EnvInfo
+    from impala.nets import Agent, AgentOutput
+
+# Message kinds.
+UNROLL = "unroll"
+UNROLL_CONTINUED = "unroll_continued"
+
+# Array fields.
+OBSERVATION = "observation"
+FRAMES = "frames"  # frame stacking: each frame once
+EPISODE_START = "episode_start"  # frame stacking: the environment was reset at this step
+REWARD = "reward"
+DONE = "done"
+LAST_ACTION = "last_action"
+ACTION = "action"
+POLICY_LOGITS = "policy_logits"
+CORE_PREFIX = "core_"
+
+# Fields that exist only in the stored and wire forms: the batch rebuilds `observation`.
+FRAME_FIELDS = (FRAMES, EPISODE_START)
+
+# Meta (header) keys.
+POLICY_VERSION = "policy_version"
+EPISODE_RETURNS = "episode_returns"
+EPISODE_LENGTHS = "episode_lengths"
+STREAM = "stream"
+SEQ = "seq"
+
+# Sane ranges for what an unroll's meta may carry: a policy version and a stream's sequence
+# number stay exact as float64; an episode's length and |return| stay far from overflow.
+MAX_COUNTER = (1 << 53) - 1
+MAX_EPISODE_LENGTH = (1 << 31) - 1
+MAX_ABS_RETURN = 1e12
+MAX_STREAMS_PER_ACTOR = 1 << 16
+
+
+def core_field(k: int) -> str:
+    return f"{CORE_PREFIX}{k}"
+
+
+@dataclass(frozen=True)
+class UnrollLayout:
+    unroll_length: int  # T
+    observation_shape: tuple[int, ...]
+    observation_dtype: str
+    num_actions: int
+    core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
+    frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
+
+    @classmethod
+    def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent) -> UnrollLayout:
+        """The one derivation of the layout, used by actors and learners alike."""
+        return cls(unroll_length=unroll_length, observation_shape=env.observation_shape,
+                   observation_dtype=env.observation_dtype.name, num_actions=env.num_actions,
+                   core_shapes=core_shapes_of(agent.initial_state(1)),
+                   frame_stack=env.frame_stack)
+
+    @property
+    def core_names(self) -> list[str]:
+        return [core_field(k) for k in range(len(self.core_shapes))]
+
+    def schema(self, continued: bool = False) -> dict[str, FieldSpec]:
+        """The arrays of one unroll (the stored form), each with a leading T+1 (core: none).
+
+        With frame stacking, `observation` is `frames [T+S, H, W]` plus `episode_start
+        [T+1]`; an unroll that `continued` its stream carries only the T new frames.
+        """
+        steps = self.unroll_length + 1
+        if self.frame_stack:
+            stack, *frame_shape = self.observation_shape
+            frames = self.unroll_length if continued else steps + stack - 1
+            fields = {
+                FRAMES: FieldSpec(self.observation_dtype, (frames, *frame_shape)),
+                EPISODE_START: FieldSpec("bool", (steps,)),
+            }
+        else:
+            fields = {OBSERVATION: FieldSpec(self.observation_dtype,
+                                             (steps, *self.observation_shape))}
+        fields |= {
+            REWARD: FieldSpec("float32", (steps,)),
+            DONE: FieldSpec("bool", (steps,)),
+            LAST_ACTION: FieldSpec("int64", (steps,)),
+            ACTION: FieldSpec("int64", (steps,)),
+            POLICY_LOGITS: FieldSpec("float32", (steps, self.num_actions)),
+        }
+        for name, shape in zip(self.core_names, self.core_shapes, strict=True):
+            fields[name] = FieldSpec("float32", shape)
+        return fields
+
+    def batch_fields(self) -> dict[str, FieldSpec]:
+        """What a learner batch holds per unroll: the stored form with observations rebuilt."""
+        fields = {name: spec for name, spec in self.schema().items()
+                  if name not in FRAME_FIELDS}
+        fields[OBSERVATION] = FieldSpec(self.observation_dtype,
+                                        (self.unroll_length + 1, *self.observation_shape))
+        return fields
+
+    def stored_bytes(self) -> int:
+        """Bytes of one unroll in its stored form (what replay keeps per unroll)."""
+        return sum(spec.nbytes for spec in self.schema().values())
+
+
+def core_shapes_of(initial_state: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], ...]:
+    """Shapes of one environment's core state, from `agent.initial_state(1)` ([L, 1, H])."""
+    return tuple(tuple(t.shape[:1]) + tuple(t.shape[2:]) for t in initial_state)
+
+
+def write_batch_column(stored: dict[str, np.ndarray], batch: dict[str, np.ndarray],
+                       column: int) -> None:
+    """Write one stored-form unroll into column `column` of batch arrays: steps
+    `[T+1, B, ...]`, core `[L, B, H]`; frame-stacked observations are rebuilt."""
+    if FRAMES in stored:
+        rebuild_stacks(stored[FRAMES], stored[EPISODE_START], batch[OBSERVATION][:, column])
+    for name, array in stored.items():
+        if name not in FRAME_FIELDS:
+            batch[name][:, column] = array
+
+
+# ---------------------------------------------------------------------------- actor side
+@dataclass
+class EnvStep:
+    """The current environment output for all N envs, each with a leading [N]."""
+
+    observation: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray  # an episode end for the learner (a lost life counts)
+    last_action: np.ndarray
+    episode_start: np.ndarray  # the environment was reset (its frame stack restarted)
+
+
+class UnrollWriter:
+    """Actor side: one buffer per field for N environments, filled step by step, then sent
+    as one message per environment. With frame stacking each environment is a stream: after
+    one self-contained unroll, the next ones carry only their T new frames, until
+    `restart_streams` (the learner lost the stream)."""
+
+    def __init__(self, layout: UnrollLayout, num_envs: int) -> None:
+        self.layout = layout
+        self.buffers = {name: np.zeros((num_envs, *spec.shape), dtype=spec.dtype)
+                        for name, spec in layout.schema().items()}
+        self.sets_sent = 0  # `seq` of the next unroll of each env's stream
+        self.streams_open = False  # the learner holds the last stack of every env's stream
+
+    def record(self, t: int, step: EnvStep, output: AgentOutput) -> None:
+        """Step t of every env: its environment output and the agent's output ([1, N])."""
+        b = self.buffers
+        stack = self.layout.frame_stack
+        if stack:  # each frame once: step 0's history, then every step's newest frame
+            if t == 0:
+                b[FRAMES][:, : stack - 1] = step.observation[:, : stack - 1]
+            b[FRAMES][:, stack - 1 + t] = step.observation[:, stack - 1]
+            b[EPISODE_START][:, t] = step.episode_start
+        else:
+            b[OBSERVATION][:, t] = step.observation
+        b[REWARD][:, t] = step.reward
+        b[DONE][:, t] = step.done
+        b[LAST_ACTION][:, t] = step.last_action
+        b[ACTION][:, t] = output.action[0].numpy()
+        b[POLICY_LOGITS][:, t] = output.policy_logits[0].numpy()
+
+    def record_core(self, core: Sequence[torch.Tensor]) -> None:
+        """The core state before step 0, as the agent holds it: each [L, N, H]."""
+        for name, tensor in zip(self.layout.core_names, core, strict=True):
+            self.buffers[name][:] = tensor.transpose(0, 1).numpy()
+
+    def restart_streams(self) -> None:
+        self.streams_open = False
+
+    def messages(self, sender: str, policy_version: int,
+                 finished: Sequence[Sequence[tuple[float, int]]]) -> Iterator[list[Any]]:
+        """One encoded message per environment (call `sent()` once all went out);
+        `finished[i]`: the (return, length) of the episodes env i ended since its last."""
+        continued = self.streams_open
+        kind = UNROLL_CONTINUED if continued else UNROLL
+        for i, episodes in enumerate(finished):
+            arrays = {name: array[i] for name, array in self.buffers.items()}
+            if continued:  # step 0's stack is on the learner already
+                arrays[FRAMES] = arrays[FRAMES][self.layout.frame_stack:]
+            yield encode(kind, sender, arrays, **{
+                POLICY_VERSION: policy_version,
+                EPISODE_RETURNS: [r for r, _ in episodes],
+                EPISODE_LENGTHS: [n for _, n in episodes],
+                STREAM: i, SEQ: self.sets_sent})
+
+    def sent(self) -> None:
+        self.sets_sent += 1
+        self.streams_open = bool(self.layout.frame_stack)
+
+
+# -------------------------------------------------------------------------- learner side
+@dataclass
+class EpisodeStats:
+    returns: list[float]
+    lengths: list[int]
+
+
+@dataclass
+class Unroll:
+    """A checked unroll in its stored form (arrays are views of the message or of the
+    reader's frame pool: copy them before the next `read`)."""
+
+    arrays: dict[str, np.ndarray]
+    sender: str
+    policy_version: int
+    episodes: EpisodeStats
+    stream_key: Hashable | None = None
+    seq: int = 0
+
+
+class UnrollReader:
+    """Learner side: checks an unroll's meta and values and continues its frame stream.
+
+    `read` returns the unroll in its stored form or raises WireError (malformed: drop and
+    count) or StreamGap (the stream cannot go on: ask the actor to restart it). Once the
+    unroll is kept, `kept` remembers its stream's last stack for the next one."""
+
+    def __init__(self, layout: UnrollLayout, max_streams: int = 4096) -> None:
+        self.layout = layout
+        self.schemas = {UNROLL: layout.schema()}
+        self.streams: FrameStreams | None = None
+        if layout.frame_stack:
+            self.schemas[UNROLL_CONTINUED] = layout.schema(continued=True)
+            stack, *frame_shape = layout.observation_shape
+            self.streams = FrameStreams(layout.unroll_length, stack, tuple(frame_shape),
+                                        layout.observation_dtype, max_streams)
+
+    def read(self, peer: Hashable, message: Message) -> Unroll:
+        """`peer`: who sent it, as the transport knows (not as the sender claims)."""
+        version, episodes = parse_unroll_meta(message,
+                                              max_episodes=self.layout.unroll_length + 1)
+        check_unroll_values(message.arrays, self.layout.num_actions)
+        unroll = Unroll(message.arrays, message.sender, version, episodes)
+        if self.streams is not None:
+            stream, unroll.seq = parse_stream_meta(message)
+            unroll.stream_key = (peer, stream)
+            if message.kind == UNROLL_CONTINUED:
+                unroll.arrays[FRAMES] = self.streams.continued(
+                    unroll.stream_key, unroll.seq, message.arrays[FRAMES])
+        return unroll
+
+    def kept(self, unroll: Unroll) -> None:
+        if self.streams is not None:
+            self.streams.remember(unroll.stream_key, unroll.seq, unroll.arrays[FRAMES],
+                                  unroll.arrays[EPISODE_START])
+
+    def forget(self, peer: Hashable) -> None:
+        if self.streams is not None:
+            self.streams.forget(peer)
+
+
+def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, EpisodeStats]:
+    """(policy_version, finished-episode statistics) from an unroll's meta, validated."""
+    meta = message.meta
+    version = meta_int(meta, POLICY_VERSION, 0, MAX_COUNTER)
+    returns = meta.get(EPISODE_RETURNS, [])
+    lengths = meta.get(EPISODE_LENGTHS, [])
+    if not (isinstance(returns, list) and isinstance(lengths, list)
+            and len(returns) == len(lengths) <= max_episodes
+            and all(_is_sane_return(r) for r in returns)
+            and all(isinstance(n, int) and not isinstance(n, bool)
+                    and 0 <= n <= MAX_EPISODE_LENGTH for n in lengths)):
+        raise WireError(f"meta.{EPISODE_RETURNS}/{EPISODE_LENGTHS} must be equal-length "
+                        f"lists of at most {max_episodes} returns (|r| <= {MAX_ABS_RETURN:g}) "
+                        f"and lengths (0..{MAX_EPISODE_LENGTH})")
+    return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths])
+
+
+def _is_sane_return(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    # Compared before any float conversion: float() of a 400-digit integer overflows.
+    return -MAX_ABS_RETURN <= value <= MAX_ABS_RETURN
+
+
+def parse_stream_meta(message: Message) -> tuple[int, int]:
+    """(stream, seq) of a frame-stacked unroll: which env of its actor, which unroll of it."""
+    return (meta_int(message.meta, STREAM, 0, MAX_STREAMS_PER_ACTOR - 1),
+            meta_int(message.meta, SEQ, 0, MAX_COUNTER))
+
+
+def check_unroll_values(arrays: dict[str, np.ndarray], num_actions: int) -> None:
+    """Refuse values no environment or agent produces (WireError naming the field).
+
+    The decoder has checked names, dtypes and shapes; these are the values the learner
+    would index with (actions), do arithmetic on (floats) or branch on (flags). A NaN
+    reward or an action out of range would crash or poison an update.
+    """
+    for name in (ACTION, LAST_ACTION):
+        values = arrays[name]
+        if values.min() < 0 or values.max() >= num_actions:
+            raise WireError(f"field {name!r}: values must lie in [0, {num_actions}), got "
+                            f"[{values.min()}, {values.max()}]")
+    for name, values in arrays.items():
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            raise WireError(f"field {name!r}: NaN or infinite values")
+        if values.dtype == np.bool_ and values.view(np.uint8).max(initial=0) > 1:
+            raise WireError(f"field {name!r}: booleans must be bytes 0 or 1")

@@ -1,0 +1,295 @@
+"""Replay: the sum tree against brute force, sampling frequencies, importance weights,
+priorities, eviction; LASER's batch mixing, trust region and weighted loss on hand-made
+tensors; bad replay flags refused before anything starts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from impala import losses
+from impala.config import Config, parse_config
+from impala.laser import UnrollReplay, replayed_count
+from impala.replay import ReplayMemory, SumTree
+from impala.rollout import Batch
+from impala.transport import FieldSpec
+from impala.unroll import EpisodeStats, Unroll, UnrollLayout
+from tests.helpers import run
+
+FIELDS = {"x": FieldSpec("int64", (2,)), "y": FieldSpec("float32", ())}
+# The 0.999 quantile of the chi-square distribution with 9 degrees of freedom.
+CHI2_9_DOF_999 = 27.877
+
+
+def items(values) -> dict[str, np.ndarray]:
+    values = np.asarray(values)
+    return {"x": np.stack([values, -values], axis=1), "y": values.astype(np.float32)}
+
+
+# ------------------------------------------------------------------------------ sum tree
+@pytest.mark.parametrize("capacity", [1, 5, 8, 37])
+def test_sum_tree_agrees_with_brute_force(capacity):
+    rng = np.random.default_rng(capacity)
+    tree = SumTree(capacity)
+    values = np.zeros(capacity)
+    written = np.zeros(capacity, bool)  # the minimum is over slots ever set
+    for _ in range(20):
+        slots = rng.integers(0, capacity, size=rng.integers(1, 2 * capacity + 1))
+        new = rng.uniform(0.0, 3.0, size=len(slots))
+        tree.set(slots, new)
+        for slot, value in zip(slots, new, strict=True):  # a repeated slot keeps its last
+            values[slot] = value
+        written[slots] = True
+        assert tree.total == pytest.approx(values.sum(), rel=1e-12)
+        assert tree.min == values[written].min()
+        u = rng.uniform(0.0, values.sum(), size=50)
+        expected = np.searchsorted(np.cumsum(values), u, side="right")
+        np.testing.assert_array_equal(tree.find(u), expected)
+
+
+def test_sum_tree_never_returns_an_empty_leaf():
+    tree = SumTree(8)
+    tree.set(np.array([1, 2, 5]), np.array([1.0, 0.5, 2.0]))
+    found = tree.find(np.array([0.0, 0.999999, 1.0, 1.5, 3.5 - 1e-12, 3.5]))  # 3.5 = total
+    assert set(found.tolist()) <= {1, 2, 5}
+    assert found[-1] == 5  # u == total rounds onto the last non-empty leaf
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        tree.set(np.array([0]), np.array([-1.0]))
+    with pytest.raises(IndexError):
+        tree.set(np.array([8]), np.array([1.0]))
+
+
+# ------------------------------------------------------------------------- replay memory
+def test_sampling_frequencies_follow_the_priorities_chi_square():
+    memory = ReplayMemory(FIELDS, capacity=10, priority_exponent=0.6, seed=3)
+    slots = memory.add(items(np.arange(10)))
+    priorities = np.array([0.1, 0.5, 1.0, 2.0, 3.0, 0.2, 4.0, 0.05, 1.5, 0.7])
+    memory.update_priorities(slots, priorities)
+    expected_p = priorities**0.6 / (priorities**0.6).sum()
+    draws = 20_000
+    counts = np.zeros(10)
+    for _ in range(draws // 4):
+        np.add.at(counts, memory.sample(4).indices, 1)
+    expected = draws * expected_p
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < CHI2_9_DOF_999, (counts, expected)
+    # A uniform memory (alpha 0) ignores priorities.
+    uniform = ReplayMemory(FIELDS, capacity=10, priority_exponent=0.0, seed=4)
+    uniform.update_priorities(uniform.add(items(np.arange(10))), priorities)
+    counts = np.zeros(10)
+    for _ in range(draws // 4):
+        np.add.at(counts, uniform.sample(4).indices, 1)
+    assert ((counts - draws / 10) ** 2 / (draws / 10)).sum() < CHI2_9_DOF_999
+
+
+def test_importance_weights_are_exact_and_normalised_by_the_memory_wide_maximum():
+    alpha, beta = 0.5, 0.4
+    memory = ReplayMemory(FIELDS, capacity=4, priority_exponent=alpha,
+                          importance_sampling_exponent=beta, seed=0)
+    slots = memory.add(items(np.arange(4)))
+    priorities = np.array([1.0, 4.0, 9.0, 16.0])
+    memory.update_priorities(slots, priorities)
+    sample = memory.sample(4)
+    p = priorities**alpha / (priorities**alpha).sum()
+    w = (4 * p) ** -beta
+    expected = w[sample.indices] / w.max()  # the largest weight: the smallest priority
+    np.testing.assert_allclose(sample.weights, expected, rtol=1e-6)
+    assert sample.weights.max() <= 1.0
+
+
+def test_new_items_enter_with_the_largest_priority_and_priorities_update():
+    memory = ReplayMemory(FIELDS, capacity=8, priority_exponent=1.0, seed=0)
+    first = memory.add(items([0, 1]))
+    assert memory.tree.values(first).tolist() == [1.0, 1.0]  # nothing seen yet: 1
+    memory.update_priorities(first, np.array([5.0, 0.0]))
+    assert memory.tree.values(first).tolist() == [5.0, 1e-6]  # 0 is floored, never lost
+    second = memory.add(items([2]))
+    assert memory.tree.values(second).tolist() == [5.0]  # the largest so far
+    with pytest.raises(ValueError, match="finite"):
+        memory.update_priorities(first, np.array([np.nan, 1.0]))
+
+
+def test_the_oldest_items_leave_first_and_ages_count_adds():
+    memory = ReplayMemory(FIELDS, capacity=5, seed=0)
+    for start in (0, 3, 6):  # 3 items per add: 9 in, the oldest 4 out
+        memory.add(items(np.arange(start, start + 3)))
+    assert len(memory) == 5
+    held = sorted(memory.get(np.arange(5))["y"].astype(int).tolist())
+    assert held == [4, 5, 6, 7, 8]
+    sample = memory.sample(5)
+    values = memory.get(sample.indices)["y"].astype(int)
+    np.testing.assert_array_equal(sample.ages, np.where(values >= 6, 1, 2))
+    np.testing.assert_array_equal(memory.get(sample.indices)["x"][:, 1], -values)
+    with pytest.raises(ValueError, match="cannot sample 6"):
+        memory.sample(6)
+
+
+def test_replay_refuses_bad_exponents_and_sizes():
+    with pytest.raises(ValueError, match="priority_exponent must be in"):
+        ReplayMemory(FIELDS, 4, priority_exponent=1.5)
+    with pytest.raises(ValueError, match="importance_sampling_exponent must be in"):
+        ReplayMemory(FIELDS, 4, importance_sampling_exponent=-0.1)
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        ReplayMemory(FIELDS, 0)
+
+
+# ---------------------------------------------------------------------- LASER mixing
+def test_fractional_replay_ratios_alternate_and_average_out():
+    for ratio, batch in ((0.5, 3), (1.0, 8), (0.3, 8), (2.75, 4)):
+        counts = [replayed_count(u, ratio, batch) for u in range(1000)]
+        assert set(counts) <= {math.floor(ratio * batch), math.ceil(ratio * batch)}
+        assert sum(counts) == math.floor(1000 * ratio * batch)
+
+
+ATARI_LAYOUT = UnrollLayout(unroll_length=5, observation_shape=(4, 3, 3),
+                            observation_dtype="uint8", num_actions=3, core_shapes=(),
+                            frame_stack=4)
+
+
+def stored_unroll(layout: UnrollLayout, value: int) -> dict[str, np.ndarray]:
+    arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
+    arrays["frames"][:] = value
+    arrays["frames"][-1] = value + 100  # the last step's newest frame
+    arrays["reward"][:] = value
+    arrays["action"][:] = value % layout.num_actions
+    return arrays
+
+
+def test_replayed_unrolls_are_stored_once_per_frame_and_rebuilt_after_the_fresh_ones():
+    replay = UnrollReplay(ATARI_LAYOUT, batch_size=2, ratio=1.5, size=10,
+                          priority_exponent=0.0, importance_sampling_exponent=0.4, seed=0)
+    assert replay.memory.storage["frames"].shape == (10, 5 + 4, 3, 3)  # T+S frames, not stacks
+    assert "observation" not in replay.memory.storage
+
+    def fresh_batch(values):
+        batch = Batch(ATARI_LAYOUT, 2, extra_columns=replay.max_replayed, keep_stored=True)
+        for v in values:
+            batch.add(Unroll(stored_unroll(ATARI_LAYOUT, v), "a", 0, EpisodeStats([], [])))
+        return batch
+
+    first = fresh_batch([1, 2])
+    part = replay.mix_into(first, update=0)
+    assert part.count == 0 and part.columns == 2  # nothing to replay yet
+    replay.keep(first)
+    second = fresh_batch([3, 4])
+    part = replay.mix_into(second, update=1)  # floor(2 x 1.5 x 2) - floor(1.5 x 2) = 3 -> 2 held
+    assert part.count == 2 and part.columns == 4
+    replayed_rewards = sorted(second.arrays["reward"][0, 2:4].tolist())
+    assert replayed_rewards == [1.0, 2.0]
+    for column in (2, 3):
+        value = int(second.arrays["reward"][0, column])
+        stacks = second.arrays["observation"][:, column]  # [T+1, S, H, W], rebuilt
+        assert (stacks[0] == value).all() and (stacks[-1, -1] == value + 100).all()
+    inputs = replay.loss_inputs(part)
+    assert inputs["replayed"].tolist() == [False, False, True, True]
+    assert inputs["importance_weight"].tolist() == [1.0, 1.0, 1.0, 1.0]  # uniform: all 1
+    replay.update_priorities(part, np.array([9.0, 9.0, 0.5, 2.0]))  # fresh errors ignored
+    assert sorted(replay.memory.tree.values(part.sample.indices).tolist()) == [1.0, 1.0]  # a^0
+
+
+# ------------------------------------------------------------------ trust region and loss
+def test_the_trust_region_uses_the_kl_of_the_softmax_distributions():
+    behaviour = torch.tensor([[[0.0, 0.0, 0.0]], [[2.0, 0.0, 0.0]]])  # [T=2, B=1, A=3]
+    # Step 0: the same distribution with every logit shifted by 5: KL 0, inside. Raw logits
+    # taken as log-probabilities would give a KL of about 15 here.
+    # Step 1: a different distribution.
+    target = torch.tensor([[[5.0, 5.0, 5.0]], [[-2.0, 0.0, 0.0]]])
+    log_pi = F.log_softmax(target, -1)
+    log_mu = F.log_softmax(behaviour, -1)
+    kl = (log_pi.exp() * (log_pi - log_mu)).sum(-1)  # by hand: [0, ~0.78]
+    assert kl[0, 0] == pytest.approx(0.0, abs=1e-6) and kl[1, 0] > 0.5
+    mask = losses.trust_region_mask(target, behaviour, threshold=0.5)
+    assert mask.tolist() == [[True], [False]]
+    assert losses.trust_region_mask(target, behaviour, float(kl[1, 0]) + 1e-4).all()
+
+
+def loss_inputs(seed: int = 0, T: int = 4, B: int = 3, A: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(T + 1, B, A, generator=g, requires_grad=True)
+    baseline = torch.randn(T + 1, B, generator=g, requires_grad=True)
+    behaviour = torch.randn(T + 1, B, A, generator=g)
+    actions = torch.randint(0, A, (T + 1, B), generator=g)
+    rewards = torch.randn(T + 1, B, generator=g)
+    done = torch.zeros(T + 1, B, dtype=torch.bool)
+    return logits, baseline, behaviour, actions, rewards, done
+
+
+def test_replay_weights_and_mask_scale_each_unroll_and_fresh_data_alone_gives_the_entropy():
+    logits, baseline, behaviour, actions, rewards, done = loss_inputs()
+    settings = losses.LossSettings(entropy_cost=0.0, trust_region_threshold=1e-9)
+    replayed = torch.tensor([False, True, True])
+    weights = torch.tensor([1.0, 0.25, 0.5])
+    stats = losses.impala_loss(logits, baseline, behaviour, actions, rewards, done, settings,
+                               column_weights=weights, replayed=replayed)
+    stats.total_loss.backward()
+    # A threshold of ~0 masks every replayed step (random logits differ): only column 0
+    # gets a gradient, and the masked share says all of the replayed steps.
+    assert stats.trust_region_masked == 1.0
+    assert logits.grad[:-1, 1:].abs().sum() == 0 and baseline.grad[:-1, 1:].abs().sum() == 0
+    assert logits.grad[:-1, 0].abs().sum() > 0
+    # Without the mask each column's terms scale with its weight: compare per column with
+    # the unweighted loss of that column alone.
+    plain = losses.LossSettings(entropy_cost=0.0)
+    weighted = losses.impala_loss(logits, baseline, behaviour, actions, rewards, done, plain,
+                                  column_weights=weights, replayed=replayed)
+    alone = [losses.impala_loss(logits[:, [b]], baseline[:, [b]], behaviour[:, [b]],
+                                actions[:, [b]], rewards[:, [b]], done[:, [b]], plain)
+             for b in range(3)]
+    expected = sum(w * (s.pg_loss + 0.5 * s.baseline_loss)
+                   for w, s in zip(weights.tolist(), alone, strict=True))
+    assert weighted.total_loss.item() == pytest.approx(expected, rel=1e-5)
+    # Entropy, KL and clipping shares come from the fresh column only.
+    assert weighted.entropy == pytest.approx(alone[0].entropy, rel=1e-6)
+    assert weighted.policy_kl == pytest.approx(alone[0].policy_kl, rel=1e-6)
+    # Errors per unroll: mean |v_s - V(x_s)| over T, the same with or without weights.
+    np.testing.assert_allclose(weighted.unroll_errors.numpy(),
+                               [s.unroll_errors.item() for s in alone], rtol=1e-5)
+
+
+def test_without_replay_the_loss_is_unchanged_bit_for_bit():
+    inputs = loss_inputs(seed=1)
+    settings = losses.LossSettings()
+    plain = losses.impala_loss(*inputs, settings)
+    all_fresh = losses.impala_loss(*inputs, settings, column_weights=torch.ones(3),
+                                   replayed=torch.zeros(3, dtype=torch.bool))
+    assert plain.total_loss.item() == all_fresh.total_loss.item()
+    assert plain.trust_region_masked == 0.0
+
+
+# ------------------------------------------------------------------------------- flags
+@pytest.mark.parametrize("flags, message", [
+    (["--replay_ratio=-1"], "--replay_ratio must be >= 0"),
+    (["--replay_ratio=nan"], "--replay_ratio must be >= 0"),
+    (["--replay_ratio=1", "--batch_size=8", "--replay_size=7"],
+     "--replay_size must hold at least one batch: >= max(--batch_size, "
+     "ceil(--replay_ratio x --batch_size)) = 8, got 7"),
+    (["--replay_ratio=3", "--batch_size=8", "--replay_size=20"], "= 24, got 20"),
+    (["--priority_exponent=1.5"], "--priority_exponent must be in [0, 1]"),
+    (["--importance_sampling_exponent=-0.5"], "--importance_sampling_exponent must be in"),
+    (["--trust_region_threshold=-1"], "--trust_region_threshold must be >= 0"),
+])
+def test_bad_replay_flags_are_refused_with_the_field_named(flags, message):
+    with pytest.raises(SystemExit):
+        parse_config(["--level_name=CartPole-v1", *flags])
+    with pytest.raises(ValueError) as error:
+        Config.from_flags({"level_name": "CartPole-v1",
+                           **{f.split("=")[0][2:]: _value(f) for f in flags}})
+    assert message in str(error.value)
+
+
+def _value(flag: str):
+    name, value = flag[2:].split("=")
+    kind = type(Config.__dataclass_fields__[name].default)
+    return kind(value)
+
+
+def test_a_bad_replay_flag_stops_a_run_before_anything_starts(tmp_path):
+    result = run(["--job_name=local", "--level_name=CartPole-v1", "--replay_ratio=1",
+                  "--replay_size=3", f"--logdir={tmp_path}"], timeout=60)
+    assert result.returncode != 0
+    assert "--replay_size must hold at least one batch" in result.stderr
+    assert not any(tmp_path.iterdir())  # no run directory, no process started
