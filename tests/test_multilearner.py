@@ -165,6 +165,24 @@ def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
 
 
 @pytest.mark.slow
+def test_two_learners_with_their_own_prioritized_replay_stay_bit_identical(tmp_path):
+    """Each rank replays its own actors' unrolls (different data, different priorities),
+    yet every rank takes the same number of replayed unrolls per update, so the allreduces
+    pair up and the parameters stay equal to the last bit."""
+    cluster = Cluster(tmp_path, "horovod", 60_000,
+                      ["--replay_ratio=1.5", "--priority_exponent=0.6",
+                       "--trust_region_threshold=0.3"])
+    cluster.start()
+    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    merged = assert_ranks_in_sync(cluster.run_dir)
+    assert merged["frames_0"].iloc[-1] >= 60_000  # fresh frames only
+    logs = read_csv(cluster.run_dir / "logs.csv")
+    assert logs["replayed_share"].iloc[-1] > 0.5  # 1.5 x B replayed per B fresh
+    for rank in (0, 1):
+        assert "replay: 10000 unrolls" in (cluster.run_dir / f"learner-{rank}.log").read_text()
+
+
+@pytest.mark.slow
 def test_two_learners_resume_from_the_same_frame_count_with_identical_parameters(tmp_path):
     first = Cluster(tmp_path, "horovod", 30_000, ["--checkpoint_interval_s=1000"])
     first.start()

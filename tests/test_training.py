@@ -137,6 +137,30 @@ def test_a_reward_paid_after_the_unroll_ends_is_learned_through_the_bootstrap(tm
     assert rolling.max() >= 4.5, f"best mean return over 100 episodes: {rolling.max():.2f}"
 
 
+REPLAY_FLAGS = ["--replay_ratio=1", "--priority_exponent=0.6", "--trust_region_threshold=0.3"]
+
+
+def test_prioritized_replay_learns_through_the_atari_data_path(tmp_path):
+    """LASER with prioritized replay on impala/DelayedCueLong-v0: replayed unrolls are kept
+    as single frames and rebuilt into stacks after the fresh ones, weighted and masked in
+    the loss. A wrong rebuild, weight or priority shows as a task not learned."""
+    result = run(["--job_name=local", "--level_name=impala/DelayedCueLong-v0", *REPLAY_FLAGS,
+                  f"--total_environment_frames={LONG_CUE_BUDGET}", "--log_interval_s=2",
+                  f"--logdir={tmp_path}", f"--learner_host=127.0.0.1:{free_port()}"],
+                 timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "impala-DelayedCueLong-v0_SimpleConvNetAgent"
+    rolling = read_csv(run_dir / "episodes-0.csv")["episode_return"].rolling(100).mean()
+    assert rolling.max() >= 4.5, f"best mean return over 100 episodes: {rolling.max():.2f}"
+    logs = read_csv(run_dir / "logs.csv")
+    last = logs.iloc[-1]
+    assert last["replayed_share"] == 0.5 and 0 < last["replay_fill"] <= 1
+    assert last["replay_age"] >= 1 and 0 <= last["trust_region_masked"] <= 1
+    # Only fresh frames count toward the budget: it ends at it, not at twice it.
+    assert LONG_CUE_BUDGET <= last["frames"] < LONG_CUE_BUDGET + 20_000
+    assert "replay: 10000 unrolls x" in (run_dir / "learner-0.log").read_text()
+
+
 def _raw_messages(header_ok: bytes) -> list[list[bytes]]:
     """One message of each malformed kind."""
     good_fields = json.loads(header_ok)["fields"]
