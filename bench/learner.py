@@ -1,8 +1,14 @@
 """One full learner update on synthetic batches of the real shape: forward over (T+1) x B
 observations, V-trace, losses, backward, clipping, RMSProp step, weight publishing (copy
-and encode). Samples/s (agent steps) and core-milliseconds per sample.
+and encode). Samples/s (agent steps trained on) and core-milliseconds per sample.
+
+With `--replay_ratios 1 3`, also LASER updates through the learner's own path: B fresh
+Pong-shaped unrolls (frames once per step) plus r x B replayed ones sampled by priority
+from a full replay and rebuilt into stacks, the fresh ones stored, priorities updated.
+`fresh_per_s` is what counts toward the frame budget.
 
   .venv/bin/python bench/learner.py [--agent_name=SimpleConvNetAgent] [--seconds=10]
+      [--replay_ratios 0 1 3]
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ import time
 import common  # noqa: F401 - puts the project on sys.path
 import torch
 
+import numpy as np
+
 from impala.distributed import SingleLearner
+from impala.laser import UnrollReplay
 from impala.losses import LossSettings
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
+from impala.rollout import Batch, core_state
 from impala.step import learn_step
 from impala.transport import encode
+from impala.unroll import EpisodeStats, Unroll, UnrollLayout, core_shapes_of
 from impala.weights import weights_arrays
 
 ATARI = (4, 84, 84)
@@ -69,6 +80,52 @@ def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
             "core_ms_per_sample": 1000.0 * cpu / samples}
 
 
+def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: float,
+                        ratio: float, replay_size: int = 2000) -> dict[str, object]:
+    """LASER updates at `ratio` through Batch, UnrollReplay and learn_step (see above)."""
+    torch.set_num_threads(threads)
+    keep_freed_memory()
+    torch.manual_seed(0)
+    model = create_agent(agent_name, ATARI, ACTIONS)
+    optimizer = RMSpropTF(model.parameters(), lr=6e-4)
+    layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
+                          frame_stack=ATARI[0])
+    replay = UnrollReplay(layout, B, ratio, replay_size, priority_exponent=0.6,
+                          importance_sampling_exponent=0.4, seed=0)
+    batch = Batch(layout, B, extra_columns=replay.max_replayed, keep_stored=True)
+    rng = np.random.default_rng(0)
+    for _ in range(B):
+        arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
+        arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
+        arrays["action"][:] = rng.integers(0, ACTIONS, T + 1)
+        batch.add(Unroll(arrays, "bench", 0, EpisodeStats([], [])))
+    while len(replay.memory) < replay_size:
+        replay.keep(batch)
+    backend = SingleLearner()
+    settings = LossSettings(trust_region_threshold=0.3)
+    updates = 0
+
+    def update() -> None:
+        part = replay.mix_into(batch, updates)
+        tensors = batch.columns(part.columns) | replay.loss_inputs(part)
+        replay.keep(batch)
+        core = tuple(t.contiguous() for t in core_state(tensors))
+        stats = learn_step(model, optimizer, backend, tensors, core, settings, 40.0)
+        replay.update_priorities(part, stats["unroll_errors"])
+        encode("weights", "learner-0", weights_arrays(model), version=1)
+
+    update()  # warm-up
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        update()
+        updates += 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    trained = updates * T * (B + ratio * B)
+    return {"agent": agent_name, "T": T, "B": B, "threads": threads, "replay_ratio": ratio,
+            "updates_per_s": updates / wall, "samples_per_s": trained / wall,
+            "fresh_per_s": updates * T * B / wall, "core_ms_per_sample": 1000.0 * cpu / trained}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--agent_name", default="SimpleConvNetAgent")
@@ -76,14 +133,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--shapes", nargs="*", default=["20x32", "80x8"],
                         help="TxB batch shapes")
+    parser.add_argument("--replay_ratios", type=float, nargs="*", default=[0.0],
+                        help="0: the plain update; > 0: LASER updates at that ratio")
     args = parser.parse_args()
     rows = []
     for shape in args.shapes:
         T, B = (int(x) for x in shape.split("x"))
         for threads in args.threads:
-            rows.append(measure(args.agent_name, T, B, threads, args.seconds))
-    common.report("learner", rows, ["agent", "T", "B", "threads", "updates_per_s",
-                                    "samples_per_s", "core_ms_per_sample"])
+            for ratio in args.replay_ratios:
+                if ratio > 0:
+                    rows.append(measure_with_replay(args.agent_name, T, B, threads,
+                                                    args.seconds, ratio))
+                else:
+                    row = measure(args.agent_name, T, B, threads, args.seconds)
+                    rows.append(row | {"replay_ratio": 0.0, "fresh_per_s": row["samples_per_s"]})
+    common.report("learner", rows, ["agent", "T", "B", "threads", "replay_ratio",
+                                    "updates_per_s", "samples_per_s", "fresh_per_s",
+                                    "core_ms_per_sample"])
 
 
 if __name__ == "__main__":

@@ -66,11 +66,13 @@ class SumTree:
         nodes = indices + self.size
         self.sums[nodes] = values
         self.mins[nodes] = values
-        nodes = np.unique(nodes >> 1)
+        # All nodes stay at one depth; a parent listed twice is computed twice, the same.
+        nodes = nodes >> 1
         while nodes[0] >= 1:
-            self.sums[nodes] = self.sums[2 * nodes] + self.sums[2 * nodes + 1]
-            self.mins[nodes] = np.minimum(self.mins[2 * nodes], self.mins[2 * nodes + 1])
-            nodes = np.unique(nodes >> 1)
+            left, right = 2 * nodes, 2 * nodes + 1
+            self.sums[nodes] = self.sums[left] + self.sums[right]
+            self.mins[nodes] = np.minimum(self.mins[left], self.mins[right])
+            nodes >>= 1
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
         """For each value u in [0, total), the leaf i with sum(v[:i]) <= u < sum(v[:i+1])."""
