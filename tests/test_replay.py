@@ -293,3 +293,24 @@ def test_a_bad_replay_flag_stops_a_run_before_anything_starts(tmp_path):
     assert result.returncode != 0
     assert "--replay_size must hold at least one batch" in result.stderr
     assert not any(tmp_path.iterdir())  # no run directory, no process started
+
+
+def test_recurrent_agents_get_each_replayed_unrolls_stored_core_state():
+    layout = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
+                          num_actions=2, core_shapes=((1, 4), (1, 4)))
+    replay = UnrollReplay(layout, batch_size=2, ratio=1.0, size=4, priority_exponent=0.0,
+                          importance_sampling_exponent=0.0, seed=0)
+    batch = Batch(layout, 2, extra_columns=replay.max_replayed, keep_stored=True)
+    for value in (1.0, 2.0):
+        arrays = {name: np.full(spec.shape, value, spec.dtype)
+                  for name, spec in layout.schema().items()}
+        arrays["action"][:] = arrays["last_action"][:] = 0
+        batch.add(Unroll(arrays, "a", 0, EpisodeStats([], [])))
+    replay.keep(batch)
+    part = replay.mix_into(batch, update=1)
+    assert part.count == 2
+    for name in ("core_0", "core_1"):
+        core = batch.tensors[name]  # [L, B + k, H]
+        assert core.shape == (1, 4, 4)
+        for column in (2, 3):  # each replayed column: its own unroll's state, whole
+            assert (core[:, column] == batch.arrays["reward"][0, column]).all()
