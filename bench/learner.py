@@ -17,9 +17,8 @@ import argparse
 import time
 
 import common  # noqa: F401 - puts the project on sys.path
-import torch
-
 import numpy as np
+import torch
 
 from impala.distributed import SingleLearner
 from impala.laser import UnrollReplay
