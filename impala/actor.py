@@ -19,8 +19,8 @@ import torch
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.envs import create_env, env_info
-from impala.nets import Agent, AgentOutput, create_agent
-from impala.process import lower_priority
+from impala.nets import Agent, AgentOutput, build_agent
+from impala.process import PARENT_PID_VARIABLE, lower_priority
 from impala.transport import ActorSocket, WireError, decode, encode
 from impala.unroll import EnvStep, UnrollLayout, UnrollWriter
 from impala.weights import weights_schema
@@ -29,7 +29,6 @@ log = logging.getLogger("actor")
 
 SEND_TIMEOUT_MS = 1000
 WEIGHTS_REQUEST_TIMEOUT_S = 10.0
-PARENT_PID_VARIABLE = "IMPALA_SUPERVISOR_PID"  # set by impala.local for supervised actors
 
 
 class OrphanWatch(threading.Thread):
@@ -139,7 +138,7 @@ class Actor:
         self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
         info = env_info(self.envs[0], settings)
         torch.manual_seed(base_seed)
-        self.model = create_agent(cfg.agent_name, info.observation_shape, info.num_actions)
+        self.model = build_agent(cfg.agent_name, info)
         self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model)
         host, port = parse_host_port(cfg.learner_host)

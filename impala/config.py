@@ -24,10 +24,8 @@ if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor g
     import torch
 
     from impala.envs import EnvSettings
-    from impala.losses import LossSettings
 
-# How the loss clips rewards (impala/losses.py); here so that reading flags needs no torch.
-REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
+from impala.settings import REWARD_CLIPPING_MODES, LossSettings
 
 
 def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -216,7 +214,13 @@ class Config:
     @property
     def run_dir(self) -> Path:
         """Where this run's logs, checkpoint and keys live (relative to the working dir)."""
-        return Path(self.logdir) / self.resolved_run_name
+        return self.run_dir_on(None)
+
+    def run_dir_on(self, workdir: str | Path | None) -> Path:
+        """The run directory on a host whose checkout is `workdir`: `<logdir>/<run_name>`,
+        a relative `--logdir` taken under `workdir` (None: the working directory)."""
+        path = Path(self.logdir) / self.resolved_run_name
+        return path if workdir is None or path.is_absolute() else Path(workdir) / path
 
     @property
     def env_settings(self) -> EnvSettings:
@@ -227,8 +231,6 @@ class Config:
 
     @property
     def loss_settings(self) -> LossSettings:
-        from impala.losses import LossSettings  # torch only where the loss is computed
-
         return LossSettings(self.discounting, self.baseline_cost, self.entropy_cost,
                             self.reward_clipping, self.trust_region_threshold)
 

@@ -10,8 +10,8 @@ import torch
 
 from impala import checkpoint
 from impala.config import Config
-from impala.envs import create_env
-from impala.nets import Agent, create_agent
+from impala.envs import create_env, env_info
+from impala.nets import Agent, build_agent
 
 log = logging.getLogger("evaluate")
 
@@ -21,7 +21,7 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
     path = run_dir / checkpoint.CHECKPOINT_NAME
     state = checkpoint.load(path, cfg.to_dict())
     env = create_env(cfg.env_settings)
-    model = create_agent(cfg.agent_name, env.observation_space.shape, int(env.action_space.n))
+    model = build_agent(cfg.agent_name, env_info(env, cfg.env_settings))
     env.close()
     checkpoint.restore_model(model, state, path)
     model.eval()

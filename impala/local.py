@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from impala.actor import PARENT_PID_VARIABLE
 from impala.config import Config
+from impala.process import PARENT_PID_VARIABLE
 
 log = logging.getLogger("local")
 

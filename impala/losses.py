@@ -8,14 +8,13 @@ last step of the previous one, so agent outputs use steps [0, T) and environment
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from impala import vtrace
-from impala.config import REWARD_CLIPPING_MODES
+from impala.settings import REWARD_CLIPPING_MODES, LossSettings
 
 
 def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
@@ -54,17 +53,6 @@ def entropy_loss(policy_logits: torch.Tensor) -> torch.Tensor:
     """Negative entropy summed over [T, B]: minimising it raises the policy's entropy."""
     log_policy = F.log_softmax(policy_logits, dim=-1)
     return torch.sum(log_policy.exp() * log_policy)
-
-
-@dataclass(frozen=True)
-class LossSettings:
-    discounting: float = 0.99
-    baseline_cost: float = 0.5
-    entropy_cost: float = 0.01
-    reward_clipping: str = "abs_one"
-    # LASER's trust region: a replayed step whose KL(pi || mu) exceeds this (nats) is left
-    # out of the policy-gradient and baseline losses; 0 turns the mask off.
-    trust_region_threshold: float = 0.0
 
 
 class LossStats(NamedTuple):

@@ -12,11 +12,14 @@ feed-forward agents, `(h, c)` each `[num_layers, B, hidden]` for the LSTM agent.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:  # annotations only: the agents need no gymnasium
+    from impala.envs import EnvInfo
 
 CoreState = tuple[torch.Tensor, ...]
 
@@ -254,3 +257,9 @@ def agent_class(name: str) -> type[Agent]:
 
 def create_agent(name: str, observation_shape: tuple[int, ...], num_actions: int) -> Agent:
     return agent_class(name)(tuple(observation_shape), num_actions)
+
+
+def build_agent(name: str, env: EnvInfo) -> Agent:
+    """The agent `name` for an environment as envs.env_info describes it: the one way the
+    learner, every actor and evaluation build it, so their weights always fit each other."""
+    return create_agent(name, env.observation_shape, env.num_actions)

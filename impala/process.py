@@ -1,10 +1,14 @@
-"""Process-wide settings: how an actor yields the CPU, how a learner keeps its memory."""
+"""Process-wide settings: how an actor yields the CPU, how a learner keeps its memory, how
+a supervised process knows its supervisor."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 from pathlib import Path
+
+# Set by impala.local for the actors it supervises, read by the actor's orphan watch.
+PARENT_PID_VARIABLE = "IMPALA_SUPERVISOR_PID"
 
 
 def lower_priority(niceness: int) -> None:

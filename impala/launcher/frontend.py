@@ -27,7 +27,6 @@ from impala.launcher.plan import (
     build_plan,
     describe_plan,
     local_workdir_problems,
-    run_dir_on,
 )
 from impala.launcher.running import start
 
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_namespace(args)
     except ValueError as exc:
         parser.error(str(exc))
-    run_dir = Path(run_dir_on(str(PROJECT_ROOT), cfg.logdir, cfg.resolved_run_name))
+    run_dir = cfg.run_dir_on(PROJECT_ROOT)
     if opts.stop:
         return stop_run(opts, run_dir)
     if opts.status:

@@ -103,12 +103,6 @@ class Plan:
         return [self.learners, *self.actors]
 
 
-def run_dir_on(workdir: str, logdir: str, run_name: str) -> str:
-    """The run directory on a host whose checkout is `workdir` (a relative --logdir is under it)."""
-    path = Path(logdir)
-    return str(path / run_name if path.is_absolute() else Path(workdir) / path / run_name)
-
-
 def _training_flags(cfg: Config) -> list[str]:
     return [flag for flag in cfg.to_argv()
             if flag.split("=", 1)[0].lstrip("-") not in PER_PROCESS_FLAGS]
@@ -153,7 +147,7 @@ def place_workers(cfg: Config, opts: FrontendOptions,
         placements[worker.line] = Placement(
             line=worker.line, local=local, workdir=workdir,
             python=python_of(worker, local, workdir, opts),
-            run_dir=run_dir_on(workdir, cfg.logdir, cfg.resolved_run_name),
+            run_dir=str(cfg.run_dir_on(workdir)),
             access=None if local else host_access(worker, settings),
             learner_host=worker.ip in learner_ips)
     return placements
@@ -161,7 +155,7 @@ def place_workers(cfg: Config, opts: FrontendOptions,
 
 def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
     placements = place_workers(cfg, opts, workers)
-    run_dir = Path(run_dir_on(str(PROJECT_ROOT), cfg.logdir, cfg.resolved_run_name))
+    run_dir = cfg.run_dir_on(PROJECT_ROOT)
     common = (_training_flags(cfg)
               + [f"--logdir={cfg.logdir}", f"--run_name={cfg.resolved_run_name}"])
     groups = learner_groups(workers)
