@@ -10,6 +10,7 @@ from impala.config import Config
 from impala.launcher.cluster import read_cluster_csv
 from impala.launcher.plan import (
     PROJECT_ROOT,
+    ClusterRecord,
     FrontendOptions,
     build_plan,
     key_copies,
@@ -100,3 +101,17 @@ def test_every_row_is_placed_once_with_its_checkout_interpreter_and_run_director
     assert {by_line[5].access.label, by_line[6].access.label} == {
         "bob@10.0.0.3:2222", "carol@10.0.0.3:22"}
     assert not by_line[5].learner_host and not by_line[6].learner_host
+
+
+def test_the_cluster_record_reads_back_what_was_written_and_never_a_password(tmp_path):
+    _, opts, _, plan = plan_of(tmp_path)
+    record = ClusterRecord(tmux_session="impala", started="now",
+                           workers_csv_path=opts.workers_csv_path, ssh_config="",
+                           ssh_options="", panes=[["%1", "actors-0"]],
+                           processes=plan.processes)
+    record.save(tmp_path)
+    assert ClusterRecord.load(tmp_path) == record
+    assert "s3cret-pw" not in (tmp_path / ClusterRecord.FILE).read_text()
+    (tmp_path / ClusterRecord.FILE).write_text('{"processes": [{"name": 1}]}')
+    assert ClusterRecord.load(tmp_path) is None  # damaged: refused, not half-read
+    assert ClusterRecord.load(tmp_path / "elsewhere") is None

@@ -8,7 +8,6 @@ their pidfiles (impala.launcher.logged).
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 import signal
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from impala.launcher import logged, tmux
 from impala.launcher.cluster import ClusterFileError, WorkerSpec, read_cluster_csv
-from impala.launcher.plan import FrontendOptions, Process, ssh_settings
+from impala.launcher.plan import ClusterRecord, FrontendOptions, Process, ssh_settings
 from impala.launcher.ssh import HostAccess, host_access, run_remote
 
 LEARNER_STOP_GRACE_S = 90.0  # learners save a checkpoint on SIGTERM
@@ -95,37 +94,29 @@ def _workers_by_line(csv_path: str) -> dict[int, WorkerSpec]:
         return {}
 
 
-def _load_record(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((run_dir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def stop_run(opts: FrontendOptions, run_dir: Path) -> int:
-    record = _load_record(run_dir)
+    record = ClusterRecord.load(run_dir)
     if record is None:
-        print(f"error: no cluster.json in {run_dir}: nothing recorded to stop (pass the same "
-              "--logdir/--run_name/training flags as the start)", file=sys.stderr)
+        print(f"error: no readable {ClusterRecord.FILE} in {run_dir}: nothing recorded to stop "
+              "(pass the same --logdir/--run_name/training flags as the start)", file=sys.stderr)
         return 1
-    processes = [Process(**p) for p in record["processes"]]
-    print(f"stopping {len(processes)} process group(s) of {run_dir} ...", flush=True)
-    ok = stop_processes(processes, opts, record["workers_csv_path"])
-    if tmux.kill_session(record["tmux_session"]):
-        print(f"  tmux session {record['tmux_session']!r} killed", flush=True)
+    print(f"stopping {len(record.processes)} process group(s) of {run_dir} ...", flush=True)
+    ok = stop_processes(record.processes, opts, record.workers_csv_path)
+    if tmux.kill_session(record.tmux_session):
+        print(f"  tmux session {record.tmux_session!r} killed", flush=True)
     return 0 if ok else 1
 
 
 def status_run(opts: FrontendOptions, run_dir: Path) -> int:
-    record = _load_record(run_dir)
+    record = ClusterRecord.load(run_dir)
     if record is None:
-        print(f"error: no cluster.json in {run_dir}", file=sys.stderr)
+        print(f"error: no readable {ClusterRecord.FILE} in {run_dir}", file=sys.stderr)
         return 1
-    for p in (Process(**p) for p in record["processes"]):
+    for p in record.processes:
         alive = logged.is_running(Path(p.pidfile))
         if p.remote_pidfile:
             try:
-                _, output = _remote_logged(p, opts, record["workers_csv_path"],
+                _, output = _remote_logged(p, opts, record.workers_csv_path,
                                            ["--status", p.remote_pidfile])
                 alive = output.startswith("alive")
             except (ConnectionError, KeyError) as exc:

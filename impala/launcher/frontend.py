@@ -14,6 +14,7 @@ in <run_dir>/pids/ on its host (see impala.launcher.logged).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
 from pathlib import Path
@@ -32,41 +33,27 @@ from impala.launcher.running import start
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = FrontendOptions  # the dataclass's class attributes are its defaults
     parser = argparse.ArgumentParser(
         prog="run_experiment_mm_raw.py",
         description="Start learners (one mpirun) and actors (tmux panes) from a CSV of hosts.")
-    group = parser.add_argument_group("cluster")
-    group.add_argument("--workers_csv_path", required=True,
-                       help="CSV: job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,"
-                            "ssh_password[,num_envs,python,workdir,ssh_key]")
-    group.add_argument("--tmux_sess", default=defaults.tmux_sess, help="tmux session name")
-    group.add_argument("--dry_run", action="store_true",
-                       help="print the plan and every command, start nothing")
-    group.add_argument("--force", action="store_true",
-                       help="replace an existing tmux session of that name")
-    group.add_argument("--detach", action="store_true", help="return right after starting")
-    group.add_argument("--stop", action="store_true",
-                       help="stop exactly the processes of this run on every host")
-    group.add_argument("--status", action="store_true",
-                       help="show each process of this run alive or dead with its last line")
-    group.add_argument("--mpi_iface", default=defaults.mpi_iface,
-                       help="network (CIDR) or interface for MPI traffic, e.g. 10.0.0.0/24")
-    group.add_argument("--ssh_config", default=defaults.ssh_config,
-                       help="ssh_config file for ssh and mpirun")
-    group.add_argument("--ssh_options", default=defaults.ssh_options,
-                       help="extra OpenSSH options for ssh and mpirun, e.g. '-o "
-                            "ConnectTimeout=5'")
-    group.add_argument("--remote_workdir", default=defaults.remote_workdir,
-                       help="project checkout on remote hosts (default: this checkout's path)")
-    group.add_argument("--remote_python", default=defaults.remote_python,
-                       help="interpreter on remote hosts (default: <workdir>/.venv/bin/python)")
-    group.add_argument("--master_port", type=int, default=defaults.master_port,
-                       help="torch.distributed rendezvous port (--allreduce_backend=torch)")
-    group.add_argument("--summary_interval_s", type=float,
-                       default=defaults.summary_interval_s)
+    add_frontend_flags(parser.add_argument_group("cluster"))
     add_config_flags(parser.add_argument_group("training (passed to every process)"))
     return parser
+
+
+def add_frontend_flags(group: argparse._ArgumentGroup) -> None:
+    """One `--name` per FrontendOptions field: booleans are switches, a field without a
+    default is required, every other takes its type and default from the dataclass."""
+    for f in dataclasses.fields(FrontendOptions):
+        help = f.metadata["help"]
+        if f.default is dataclasses.MISSING:
+            group.add_argument(f"--{f.name}", required=True, help=help)
+        elif f.type in (bool, "bool"):
+            group.add_argument(f"--{f.name}", action="store_true", help=help)
+        else:
+            kind = {"str": str, "int": int, "float": float}[str(f.type)]
+            group.add_argument(f"--{f.name}", type=kind, default=f.default,
+                               help=f"{help} (default: {f.default!r})")
 
 
 def main(argv: list[str] | None = None) -> int:

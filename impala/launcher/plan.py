@@ -9,6 +9,8 @@ preflight and the key copies read the plan's placements.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -37,22 +39,36 @@ PER_PROCESS_FLAGS = ("job_name", "task", "learner_host", "num_actors", "num_envs
                      "actor_hosts", "run_name", "logdir")
 
 
+def _option(help: str, default: Any = dataclasses.MISSING) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class FrontendOptions:
-    workers_csv_path: str
-    tmux_sess: str = "impala"
-    dry_run: bool = False
-    force: bool = False
-    detach: bool = False
-    stop: bool = False
-    status: bool = False
-    mpi_iface: str = ""
-    ssh_config: str = ""
-    ssh_options: str = ""
-    remote_workdir: str = ""
-    remote_python: str = ""
-    master_port: int = 29500
-    summary_interval_s: float = 10.0
+    """The frontend's own flags (frontend.py makes one `--name` per field from this)."""
+
+    workers_csv_path: str = _option("CSV: job,ip,tf_port,cuda_visible_devices,ssh_port,"
+                                    "ssh_username,ssh_password[,num_envs,python,workdir,"
+                                    "ssh_key]")
+    tmux_sess: str = _option("tmux session name", "impala")
+    dry_run: bool = _option("print the plan and every command, start nothing", False)
+    force: bool = _option("replace an existing tmux session of that name", False)
+    detach: bool = _option("return right after starting", False)
+    stop: bool = _option("stop exactly the processes of this run on every host", False)
+    status: bool = _option("show each process of this run alive or dead with its last line",
+                           False)
+    mpi_iface: str = _option("network (CIDR) or interface for MPI traffic, e.g. 10.0.0.0/24",
+                             "")
+    ssh_config: str = _option("ssh_config file for ssh and mpirun", "")
+    ssh_options: str = _option("extra OpenSSH options for ssh and mpirun, e.g. "
+                               "'-o ConnectTimeout=5'", "")
+    remote_workdir: str = _option("project checkout on remote hosts (default: this "
+                                  "checkout's path)", "")
+    remote_python: str = _option("interpreter on remote hosts (default: "
+                                 "<workdir>/.venv/bin/python)", "")
+    master_port: int = _option("torch.distributed rendezvous port (--allreduce_backend=torch)",
+                               29500)
+    summary_interval_s: float = _option("seconds between the live summary's lines", 10.0)
 
 
 @dataclass
@@ -75,6 +91,34 @@ class Process:
     # the password (never written); a password login reads it from the CSV again.
     ssh: dict[str, Any] = field(default_factory=dict)
     ssh_password_in_csv: bool = False
+
+
+@dataclass
+class ClusterRecord:
+    """What the frontend started: written to `<run_dir>/cluster.json` at start, read back
+    by `--stop` and `--status`, so they reach exactly those processes."""
+
+    FILE = "cluster.json"
+
+    tmux_session: str
+    started: str
+    workers_csv_path: str  # absolute: a password login reads its row again
+    ssh_config: str
+    ssh_options: str
+    panes: list[Any]
+    processes: list[Process]
+
+    def save(self, run_dir: Path) -> None:
+        (run_dir / self.FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: Path) -> ClusterRecord | None:
+        """The record in `run_dir`; None if there is none or it cannot be read."""
+        try:
+            data = json.loads((run_dir / cls.FILE).read_text())
+            return cls(**{**data, "processes": [Process(**p) for p in data["processes"]]})
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import shlex
 import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from impala import auth
@@ -21,6 +19,7 @@ from impala.launcher.control import stop_processes
 from impala.launcher.keys import copy_keys
 from impala.launcher.plan import (
     PROJECT_ROOT,
+    ClusterRecord,
     FrontendOptions,
     Plan,
     key_copies,
@@ -63,11 +62,10 @@ def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: P
     except tmux.TmuxSessionExists as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    record = {"tmux_session": opts.tmux_sess, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "workers_csv_path": str(Path(opts.workers_csv_path).resolve()),
-              "ssh_config": opts.ssh_config, "ssh_options": opts.ssh_options,
-              "panes": panes, "processes": [asdict(p) for p in plan.processes]}
-    (plan.run_dir / "cluster.json").write_text(json.dumps(record, indent=2) + "\n")
+    ClusterRecord(tmux_session=opts.tmux_sess, started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  workers_csv_path=str(Path(opts.workers_csv_path).resolve()),
+                  ssh_config=opts.ssh_config, ssh_options=opts.ssh_options, panes=panes,
+                  processes=plan.processes).save(plan.run_dir)
     print(f"started {len(plan.groups)} learner(s) and {len(actors)} actor(s) in tmux session "
           f"{opts.tmux_sess!r}; run directory {plan.run_dir}", flush=True)
     print(f"  attach: tmux attach -t {opts.tmux_sess}    (Ctrl-b n / Ctrl-b p: next/previous "
