@@ -27,7 +27,7 @@ def scheduled_learning_rate(base: float, frames: int, budget: int, hold_fraction
     `hold_fraction` of the budget, then falling linearly to 0 at the budget. A hold of 0 is
     the paper's anneal from the first frame; a hold of 1 keeps `base` to the end. Holding
     lets a late riser climb at the full rate and still settles it at the end
-    (sandbox/pong_curve.md, runs Q, Q2 and R)."""
+    (sandbox/pong_curve.md, "Pong with the defaults")."""
     hold_frames = hold_fraction * budget
     if frames <= hold_frames or hold_fraction >= 1.0:
         return base

@@ -66,11 +66,8 @@ class TorsoWatch:
 
     Dead: `feature_std` below `dead` (every step of the batch looks the same to the heads).
     Dying: its moving average (over ~1 / (1 - smoothing) updates) below `dying_fraction` of
-    the highest average so far. On Pong (sandbox/pong_curve.md, "Dead torso") the runs
-    that died fell 30x or more from their peak within 0.5-0.8M frames, dipping below a
-    tenth by ~0.5M, while the dying ReLUs kept `feature_std` above `dead` for long (run N:
-    2e-4 at 740K frames, 74% of the features dead); the live runs dipped at most to 27%
-    of their peak before rising."""
+    the highest average so far: Pong runs that died fell below a tenth of their peak by
+    ~0.5M frames, live ones never below 27% (sandbox/pong_curve.md, "Dead torso")."""
 
     dead: float = 1e-5
     dying_fraction: float = 0.1
