@@ -9,7 +9,11 @@ percentile over the steady part: the first quarter of log rows is dropped), its 
 bytes sent from actors to the learner per agent step, policy lag, and CPU time per process.
 
   .venv/bin/python bench/system.py --num_actors=2 --num_envs=8 --learner_threads=1 \
-      --batch_size=32 --unroll_length=20 --frames=400000
+      --batch_size=32 --unroll_length=20 --frames=400000 [--replay_ratio=1]
+
+With `--replay_ratio` > 0 the run uses LASER replay (prioritized, alpha 0.6, trust region
+0.3); steps/s are fresh agent steps, and C counts the learner's (1 + r) samples per fresh
+step.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ def run_training(args, logdir: Path) -> dict[str, float]:
                f"--unroll_length={args.unroll_length}", f"--total_environment_frames={args.frames}",
                f"--logdir={logdir}", "--log_interval_s=2", f"--learner_host=127.0.0.1:{args.port}",
                "--allreduce_backend=none", f"--auth={args.auth}"]
+    if args.replay_ratio > 0:
+        command += [f"--replay_ratio={args.replay_ratio}", "--priority_exponent=0.6",
+                    "--trust_region_threshold=0.3"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu: dict[int, tuple[str, float]] = {}
     learner = psutil.Process(proc.pid)
@@ -111,10 +118,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18555)
     parser.add_argument("--auth", default="curve", choices=("curve", "none"),
                         help="the learner's --auth: compare CurveZMQ's cost with none")
+    parser.add_argument("--replay_ratio", type=float, default=0.0,
+                        help="LASER replay: replayed unrolls per fresh one (0: off)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # run `finally` on SIGTERM too
 
     terms = ceiling_terms(args)
+    terms["learner_ms"] *= 1.0 + args.replay_ratio  # samples trained per fresh step
     cores = os.cpu_count() or 1
     ceiling = cores * 1000.0 / sum(terms.values())
     with tempfile.TemporaryDirectory() as logdir:
@@ -131,7 +141,7 @@ def main() -> None:
     row = {
         "agent": args.agent_name, "actors": args.num_actors, "envs": args.num_envs,
         "learner_threads": args.learner_threads, "T": args.unroll_length,
-        "B": args.batch_size, "sps_median": float(sps.median()),
+        "B": args.batch_size, "replay_ratio": args.replay_ratio, "sps_median": float(sps.median()),
         "sps_p10": float(sps.quantile(0.1)), "sps_p90": float(sps.quantile(0.9)),
         "ceiling_C": ceiling, "ratio_to_C": float(sps.median()) / ceiling,
         "bytes_per_step": bytes_per_step, "frames_per_step_sent": bytes_per_step / FRAME_BYTES,
