@@ -362,6 +362,26 @@ def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
     assert (run_dir / "video.mp4").stat().st_size > 10_000
 
 
+def test_a_run_with_replay_resumes_and_refills_its_replay_from_new_unrolls(tmp_path):
+    common = [*CARTPOLE_FLAGS, *REPLAY_FLAGS, "--log_interval_s=1", f"--logdir={tmp_path}"]
+    first = run(["--job_name=local", *common, "--total_environment_frames=20000",
+                 f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / RUN
+    filled = last_value(run_dir / "logs.csv", "replay_fill")
+    stopped_at = last_value(run_dir / "logs.csv", "frames")
+    second = run(["--job_name=local", *common, "--total_environment_frames=40000",
+                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert re.search(r"resumed from .* at 2\d{4} frames", second.stderr)
+    logs = read_csv(run_dir / "logs.csv")
+    resumed = logs[logs["frames"] > stopped_at]
+    # Refilled, not restored: the first rows after the resume hold less than before it.
+    assert resumed["replay_fill"].iloc[0] < filled
+    assert resumed["replayed_share"].iloc[-1] == 0.5
+    assert logs["frames"].iloc[-1] >= 40_000
+
+
 def test_a_checkpoint_of_another_game_is_refused_before_training(tmp_path):
     run_dir = tmp_path / "shared"
     run_dir.mkdir()
