@@ -19,6 +19,7 @@ from impala.unroll import (
     EpisodeStats,
     Unroll,
     UnrollLayout,
+    core_field,
     write_batch_column,
 )
 
@@ -76,7 +77,7 @@ class Batch:
 def core_state(tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The core tensors of batch `tensors`, in order: each [L, B, H]."""
     count = sum(1 for name in tensors if name.startswith(CORE_PREFIX))
-    return tuple(tensors[f"{CORE_PREFIX}{k}"] for k in range(count))
+    return tuple(tensors[core_field(k)] for k in range(count))
 
 
 class BatchQueue:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from impala.distributed import Backend
+from impala.laser import IMPORTANCE_WEIGHT, REPLAYED
 from impala.losses import LossSettings, impala_loss
 from impala.nets import Agent
 
@@ -28,7 +29,7 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
         target_logits=output.policy_logits, baseline=output.baseline,
         behavior_logits=batch["policy_logits"], actions=batch["action"],
         rewards=batch["reward"], done=batch["done"], settings=settings,
-        column_weights=batch.get("importance_weight"), replayed=batch.get("replayed"),
+        column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),
     )
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
     # A non-finite loss on this rank must stop the update on every rank: times NaN, every
