@@ -55,13 +55,11 @@ class UnrollReplay:
     def __init__(self, layout: UnrollLayout, batch_size: int, ratio: float, size: int,
                  priority_exponent: float, importance_sampling_exponent: float,
                  seed: int) -> None:
-        self.layout = layout
         self.batch_size = batch_size
         self.ratio = ratio
         self.max_replayed = math.ceil(ratio * batch_size)
-        fields = layout.schema()
-        check_memory(ReplayMemory.bytes_needed(fields, size), size, layout)
-        self.memory = ReplayMemory(fields, size, priority_exponent,
+        check_memory(size, layout)
+        self.memory = ReplayMemory(layout.schema(), size, priority_exponent,
                                    importance_sampling_exponent, seed)
         columns = batch_size + self.max_replayed
         self.weights = torch.ones(columns)
@@ -104,8 +102,9 @@ class UnrollReplay:
         }
 
 
-def check_memory(needed: int, size: int, layout: UnrollLayout) -> None:
-    """Log what the replay will take; refuse a size the machine cannot hold at all."""
+def check_memory(size: int, layout: UnrollLayout) -> None:
+    """Log what a replay of `size` unrolls will take; refuse a size the machine cannot hold."""
+    needed = size * layout.stored_bytes()
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     log.info("replay: %d unrolls x %.1f KiB (frames once per step) = %.2f GiB, filled as "
              "unrolls arrive; this machine has %.1f GiB", size, layout.stored_bytes() / 2**10,

@@ -130,10 +130,6 @@ class ReplayMemory:
         self.max_priority = 1.0
         self.rng = np.random.default_rng(seed)
 
-    @staticmethod
-    def bytes_needed(fields: dict[str, FieldSpec], capacity: int) -> int:
-        return capacity * sum(spec.nbytes for spec in fields.values())
-
     @property
     def nbytes(self) -> int:
         return sum(array.nbytes for array in self.storage.values())
