@@ -20,6 +20,7 @@ import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
 import torch
 
+from impala.algorithms.impala import ImpalaLearning
 from impala.distributed import SingleLearner
 from impala.laser import UnrollReplay
 from impala.losses import LossSettings
@@ -64,7 +65,7 @@ def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
     backend = SingleLearner()
 
     def update() -> None:
-        learn_step(model, optimizer, backend, batch, core, LossSettings(), 40.0)
+        learn_step(model, optimizer, backend, batch, core, ImpalaLearning(LossSettings()), 40.0)
         encode("weights", "learner-0", weights_arrays(model), version=1)
 
     update()  # warm-up
@@ -109,7 +110,7 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
         tensors = batch.columns(part.columns) | replay.loss_inputs(part)
         replay.keep(batch)
         core = tuple(t.contiguous() for t in core_state(tensors))
-        stats = learn_step(model, optimizer, backend, tensors, core, settings, 40.0)
+        stats = learn_step(model, optimizer, backend, tensors, core, ImpalaLearning(settings), 40.0)
         replay.update_priorities(part, stats["unroll_errors"])
         encode("weights", "learner-0", weights_arrays(model), version=1)
 

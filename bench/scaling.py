@@ -35,6 +35,7 @@ def worker(args) -> None:
     import torch
     from learner import ACTIONS, ATARI, synthetic_batch
 
+    from impala.algorithms.impala import ImpalaLearning
     from impala.distributed import HorovodBackend, parameter_checksum
     from impala.losses import LossSettings
     from impala.nets import create_agent
@@ -54,7 +55,7 @@ def worker(args) -> None:
 
     def update() -> None:
         backend.allreduce_sum(np.zeros(7))  # the learner's control vector
-        learn_step(model, optimizer, backend, batch, core, LossSettings(), 40.0)
+        learn_step(model, optimizer, backend, batch, core, ImpalaLearning(LossSettings()), 40.0)
         encode("weights", "learner", weights_arrays(model), version=1)
 
     for _ in range(2):

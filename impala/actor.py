@@ -16,11 +16,13 @@ import time
 import numpy as np
 import torch
 
+from impala.algorithms import build_algorithm
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.envs import create_env, env_info
 from impala.nets import Agent, AgentOutput, build_agent
 from impala.process import PARENT_PID_VARIABLE, lower_priority
+from impala.qlearning import exploration_epsilons
 from impala.transport import ActorSocket, WireError, decode, encode
 from impala.unroll import EnvStep, UnrollLayout, UnrollWriter
 from impala.weights import weights_schema
@@ -140,7 +142,12 @@ class Actor:
         torch.manual_seed(base_seed)
         self.model = build_agent(cfg.agent_name, info)
         self.model.eval()
-        self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model)
+        self.algorithm = build_algorithm(cfg)
+        self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
+                                             self.algorithm.head_field, self.algorithm.overlap)
+        first, total = cfg.exploring_envs()  # used by the value-based algorithms only
+        self.epsilons = exploration_epsilons(first, cfg.num_envs, total, cfg.actor_epsilon,
+                                             cfg.actor_epsilon_alpha)
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         # Room for a whole set of unrolls and the weights request that follows it.
@@ -175,6 +182,15 @@ class Actor:
             observations.append(obs)
         return EnvStep(np.stack(observations), rewards, dones, actions.astype(np.int64), resets)
 
+    def _act_and_record(self, t: int, step: EnvStep, core: tuple[torch.Tensor, ...]
+                        ) -> tuple[np.ndarray, tuple[torch.Tensor, ...]]:
+        """Choose every env's action on `step` (step t of the unroll) and record both;
+        returns the actions [N] and the agent's new core state."""
+        output, core = self._act(step, core)
+        actions, head = self.algorithm.act(output, self.epsilons)
+        self.writer.record(t, step, actions, head)
+        return actions, core
+
     @torch.no_grad()
     def _act(self, step: EnvStep, core: tuple[torch.Tensor, ...]
              ) -> tuple[AgentOutput, tuple[torch.Tensor, ...]]:
@@ -190,25 +206,31 @@ class Actor:
                  self.cfg.learner_host)
         if not self._wait_for_first_weights():
             return
+        steps, overlap = self.cfg.unroll_length + 1, self.layout.overlap
         step = self._reset_all()
         core = self.model.initial_state(len(self.envs))
-        core_before, (output, core) = core, self._act(step, core)
+        cores = [core] * steps  # the core state before each step of the unroll
+        actions, core = self._act_and_record(0, step, core)
+        start = 1  # the first unroll has no steps shared with a previous one
         last_report = time.time()
         while not self.stop.is_set():
             version = self.weights.version  # the policy that acts in this unroll
-            self.writer.record(0, step, output)
-            self.writer.record_core(core_before)
-            for t in range(1, self.cfg.unroll_length + 1):
-                step = self._step_all(output.action[0].numpy())
-                core_before = core
-                output, core = self._act(step, core)
-                self.writer.record(t, step, output)
+            for t in range(start, steps):
+                step = self._step_all(actions)
+                cores[t] = core
+                actions, core = self._act_and_record(t, step, core)
+            self.writer.record_core(cores[0])
+            priorities = self.algorithm.actor_priorities(self.writer.buffers)
             if not self.weights.await_answer(self.stop, self.cfg.learner_host):
                 return
-            if not self._send_unrolls(version):
+            if not self._send_unrolls(version, priorities):
                 return
             if not self.weights.request_after_unrolls(self.stop):
                 return
+            # The next unroll starts with this one's last `overlap` steps.
+            self.writer.shift()
+            cores[:overlap] = cores[steps - overlap:]
+            start = overlap
             if time.time() - last_report > 30:
                 log.info("%s: %d unrolls sent, policy version %d", self.name, self.unrolls_sent,
                          self.weights.version)
@@ -227,13 +249,14 @@ class Actor:
                 return True
         return False
 
-    def _send_unrolls(self, version: int) -> bool:
+    def _send_unrolls(self, version: int, priorities: np.ndarray | None) -> bool:
         """Send one unroll per env; False if asked to stop while the learner was away."""
         if self.weights.restart_streams:
             log.info("%s: the learner asked to restart the frame streams", self.name)
             self.weights.restart_streams = False
             self.writer.restart_streams()
-        for i, frames in enumerate(self.writer.messages(self.name, version, self.finished)):
+        for i, frames in enumerate(self.writer.messages(self.name, version, self.finished,
+                                                        priorities)):
             waited = 0
             while not self.sock.send(frames, SEND_TIMEOUT_MS):
                 if self.stop.is_set():

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor g
 
     from impala.envs import EnvSettings
 
-from impala.settings import REWARD_CLIPPING_MODES, LossSettings
+from impala.settings import ALGORITHMS, REWARD_CLIPPING_MODES, LossSettings, ValueSettings
 
 
 def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -56,9 +56,102 @@ PRESETS: dict[str, dict[str, Any]] = {
         "discounting": 0.98,
         "total_environment_frames": 300_000,
     },
+    # Ape-X and R2D2 (impala/algorithms/; sandbox/value.md has the runs behind these).
+    # CartPole: 475 over 100 greedy episodes within 500K frames.
+    "apex_classic": {
+        "algorithm": "apex",
+        "agent_name": "MLPAgent",
+        "num_envs": 16,
+        "batch_size": 16,
+        "learning_rate": 0.0005,
+        "gradients_clipping": 40.0,
+        "replay_ratio": 3.0,
+        "replay_size": 2000,
+        "priority_exponent": 0.6,
+        "importance_sampling_exponent": 0.4,
+        "target_update_interval": 100,
+        "reward_clipping": "none",
+        "total_environment_frames": 500_000,
+    },
+    # The paper's settings where they fit one learner: B x (1 + r) x 18 = 576 transitions
+    # per update (the paper: 512), a target copy every 2500 updates, rewards clipped.
+    "apex_atari": {
+        "algorithm": "apex",
+        "batch_size": 8,
+        "learning_rate": 0.0001,
+        "replay_ratio": 3.0,
+        "replay_size": 10_000,
+        "priority_exponent": 0.6,
+        "importance_sampling_exponent": 0.4,
+        "target_update_interval": 2500,
+        "total_environment_frames": 10_000_000,
+    },
+    # R2D2: 80-step sequences (40 burn-in, 40 trained, the next starting 40 steps later),
+    # n = 5, gamma 0.997, value rescaling instead of clipping, alpha 0.9, beta 0.6.
+    "r2d2_classic": {
+        "algorithm": "r2d2",
+        "agent_name": "MLPLSTMAgent",
+        "num_envs": 16,
+        "batch_size": 8,
+        "unroll_length": 80,
+        "burn_in": 40,
+        "n_step": 5,
+        "discounting": 0.997,
+        "learning_rate": 0.0005,
+        "replay_ratio": 1.0,
+        "replay_size": 1000,
+        "priority_exponent": 0.9,
+        "importance_sampling_exponent": 0.6,
+        "target_update_interval": 100,
+        "reward_clipping": "none",
+        "total_environment_frames": 500_000,
+    },
+    "r2d2_image": {
+        "algorithm": "r2d2",
+        "agent_name": "MLPLSTMAgent",
+        "num_envs": 16,
+        "batch_size": 8,
+        "unroll_length": 80,
+        "burn_in": 40,
+        "n_step": 5,
+        "discounting": 0.997,
+        "learning_rate": 0.0005,
+        "replay_ratio": 1.0,
+        "replay_size": 1000,
+        "priority_exponent": 0.9,
+        "importance_sampling_exponent": 0.6,
+        "target_update_interval": 100,
+        "reward_clipping": "none",
+        "total_environment_frames": 500_000,
+    },
+    "r2d2_atari": {
+        "algorithm": "r2d2",
+        "agent_name": "ResNetLSTMAgent",
+        "batch_size": 8,
+        "unroll_length": 80,
+        "burn_in": 40,
+        "n_step": 5,
+        "discounting": 0.997,
+        "learning_rate": 0.0001,
+        "replay_ratio": 1.0,
+        "replay_size": 2000,
+        "priority_exponent": 0.9,
+        "importance_sampling_exponent": 0.6,
+        "target_update_interval": 2500,
+        "reward_clipping": "none",
+        "total_environment_frames": 10_000_000,
+    },
     "none": {},
 }
-PRESET_OF_FAMILY = {"atari": "atari", "image": "atari", "classic": "classic"}
+# The preset `--preset=auto` picks, by algorithm and environment family (envs.env_family).
+PRESET_OF = {
+    ("impala", "atari"): "atari", ("impala", "image"): "atari",
+    ("impala", "classic"): "classic",
+    ("apex", "atari"): "apex_atari", ("apex", "image"): "apex_atari",
+    ("apex", "classic"): "apex_classic",
+    ("r2d2", "atari"): "r2d2_atari", ("r2d2", "image"): "r2d2_image",
+    ("r2d2", "classic"): "r2d2_classic",
+}
 
 
 @dataclass(frozen=True)
@@ -84,6 +177,10 @@ class Config:
     height: int = _flag(84, "observation height (Atari)")
     seed: int = _flag(1, "seed for nets and environments (actors add their task)")
     # --- agent and algorithm ---------------------------------------------------------
+    algorithm: str = _flag("impala", "impala (V-trace actor-critic, LASER replay with "
+                           "--replay_ratio > 0), apex (distributed prioritized n-step "
+                           "dueling double DQN) or r2d2 (recurrent replay, burn-in, value "
+                           "rescaling); --preset=auto picks each one's settings", ALGORITHMS)
     agent_name: str = _flag("SimpleConvNetAgent", "SimpleConvNetAgent, ResNetAgent, "
                             "ResNetLSTMAgent or MLPAgent (case-insensitive)")
     batch_size: int = _flag(32, "unrolls per learner update (per learner)")
@@ -119,6 +216,19 @@ class Config:
     trust_region_threshold: float = _flag(0.0, "LASER's trust region: replayed steps whose "
                                           "KL(learner policy || behaviour policy) exceeds "
                                           "this many nats are left out of the loss (0: off)")
+    n_step: int = _flag(3, "apex/r2d2: steps of reward before the bootstrap value")
+    burn_in: int = _flag(0, "apex/r2d2: steps at the start of each unroll that only warm the "
+                         "recurrent state up (no gradient); unrolls then overlap by "
+                         "max(burn_in + 1, n_step) steps")
+    target_update_interval: int = _flag(2500, "apex/r2d2: updates between copies of the "
+                                        "online network into the target network")
+    actor_epsilon: float = _flag(0.4, "apex/r2d2: environment i of N explores with epsilon "
+                                 "actor_epsilon^(1 + actor_epsilon_alpha i / (N - 1))")
+    actor_epsilon_alpha: float = _flag(7.0, "apex/r2d2: see --actor_epsilon")
+    first_env: int = _flag(-1, "apex/r2d2: index of this actor's first environment among "
+                           "the run's (-1: task x num_envs; the frontend sets it)")
+    total_envs: int = _flag(0, "apex/r2d2: environments of the whole run (0: num_actors x "
+                            "num_envs; the frontend sets it)")
     decay: float = _flag(0.99, "RMSProp decay (alpha)")
     momentum: float = _flag(0.0, "RMSProp momentum")
     epsilon: float = _flag(0.01, "RMSProp epsilon")
@@ -173,6 +283,7 @@ class Config:
         if not 0.0 <= self.lr_hold_fraction <= 1.0:
             yield f"--lr_hold_fraction must be in [0, 1], got {self.lr_hold_fraction}"
         yield from self._replay_problems()
+        yield from self._value_problems()
         try:
             parse_host_port(self.learner_host)
         except ValueError as exc:
@@ -194,6 +305,37 @@ class Config:
                 yield f"--{name} must be in [0, 1], got {getattr(self, name)}"
         if not self.trust_region_threshold >= 0:
             yield f"--trust_region_threshold must be >= 0, got {self.trust_region_threshold}"
+
+    def _value_problems(self):
+        if self.n_step < 1:
+            yield f"--n_step must be >= 1, got {self.n_step}"
+        if self.burn_in < 0:
+            yield f"--burn_in must be >= 0, got {self.burn_in}"
+        if self.target_update_interval < 1:
+            yield f"--target_update_interval must be >= 1, got {self.target_update_interval}"
+        if not 0.0 <= self.actor_epsilon <= 1.0:
+            yield f"--actor_epsilon must be in [0, 1], got {self.actor_epsilon}"
+        if self.algorithm != "impala" and self.n_step >= 1 and self.burn_in >= 0:
+            overlap = self.value_settings.overlap
+            if self.unroll_length + 1 - overlap < 1:
+                yield (f"--unroll_length={self.unroll_length} leaves no step to train: "
+                       f"unrolls overlap by max(--burn_in + 1, --n_step) = {overlap} steps, "
+                       f"so it must be >= {overlap}")
+
+    @property
+    def value_settings(self) -> ValueSettings:
+        """Ape-X's and R2D2's settings from the flags; each algorithm's module sets its own
+        rescaling and priority mix (algorithms/apex.py, r2d2.py)."""
+        return ValueSettings(discounting=self.discounting, n_step=self.n_step,
+                             burn_in=self.burn_in, reward_clipping=self.reward_clipping,
+                             target_update_interval=self.target_update_interval)
+
+    def exploring_envs(self) -> tuple[int, int]:
+        """(first, total): this actor's first environment among the run's, and how many
+        the run has, for the per-environment epsilons."""
+        first = self.first_env if self.first_env >= 0 else self.task * self.num_envs
+        total = self.total_envs if self.total_envs > 0 else self.num_actors * self.num_envs
+        return first, max(total, first + self.num_envs)
 
     @property
     def max_replayed_per_update(self) -> int:
@@ -247,7 +389,8 @@ class Config:
             from impala.envs import env_family  # gymnasium: only when a level is resolved
 
             level = flags.get("level_name", cls.__dataclass_fields__["level_name"].default)
-            preset = PRESET_OF_FAMILY[env_family(level)]
+            algorithm = flags.get("algorithm", cls.__dataclass_fields__["algorithm"].default)
+            preset = PRESET_OF[(algorithm, env_family(level))]
         return cls(**{**preset_defaults(preset), **flags, "preset": preset})
 
     def to_argv(self, **overrides: Any) -> list[str]:

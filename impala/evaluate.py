@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from impala import checkpoint
+from impala.algorithms import Algorithm, build_algorithm
 from impala.config import Config
 from impala.envs import create_env, env_info
 from impala.nets import Agent, build_agent
@@ -30,8 +31,11 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
 
 
 @torch.no_grad()
-def play_episode(model: Agent, env, seed: int, on_step=None) -> tuple[float, int]:
-    """Play one whole game (all lives); returns its raw return and length in agent steps."""
+def play_episode(model: Agent, algorithm: Algorithm, env, seed: int, on_step=None
+                 ) -> tuple[float, int]:
+    """Play one whole game (all lives) with the algorithm's evaluation action (IMPALA:
+    sampled from the policy; Ape-X and R2D2: greedy in Q); returns its raw return and
+    length in agent steps."""
     obs, _ = env.reset(seed=seed)
     core = model.initial_state(1)
     last_action, reward, done = 0, 0.0, True
@@ -39,7 +43,7 @@ def play_episode(model: Agent, env, seed: int, on_step=None) -> tuple[float, int
         output, core = model(torch.from_numpy(np.asarray(obs)[None, None]),
                              torch.tensor([[last_action]]), torch.tensor([[reward]]),
                              torch.tensor([[done]]), core)
-        last_action = int(output.action[0, 0])
+        last_action = int(algorithm.evaluation_action(output)[0, 0])
         obs, reward, terminated, truncated, info = env.step(last_action)
         done = False
         if on_step is not None:
@@ -54,7 +58,8 @@ def test(cfg: Config) -> tuple[float, float]:
     env = create_env(cfg.env_settings)
     returns = []
     for episode in range(cfg.test_num_episodes):
-        episode_return, length = play_episode(model, env, seed=cfg.seed + episode)
+        episode_return, length = play_episode(model, build_algorithm(cfg), env,
+                                              seed=cfg.seed + episode)
         returns.append(episode_return)
         print(f"episode {episode + 1}/{cfg.test_num_episodes}: return {episode_return:g}, "
               f"{length} steps", flush=True)
@@ -82,7 +87,8 @@ def video(cfg: Config) -> Path:
                                      (width, height))
         writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
 
-    episode_return, length = play_episode(model, env, seed=cfg.seed, on_step=write_frame)
+    episode_return, length = play_episode(model, build_algorithm(cfg), env, seed=cfg.seed,
+                                          on_step=write_frame)
     if writer is not None:
         writer.release()
     env.close()

@@ -64,8 +64,9 @@ class FrameStreams:
     """
 
     def __init__(self, unroll_length: int, stack: int, frame_shape: tuple[int, ...],
-                 dtype: str, max_streams: int = 4096) -> None:
+                 dtype: str, max_streams: int = 4096, overlap: int = 1) -> None:
         self.stack = stack
+        self.overlap = overlap  # steps shared with the next unroll: S - 1 + overlap frames
         self.max_streams = max_streams
         self._last: OrderedDict[Hashable, tuple[int, np.ndarray]] = OrderedDict()
         # One reused frame pool: the receiver rebuilds one unroll at a time.
@@ -75,21 +76,28 @@ class FrameStreams:
         return len(self._last)
 
     def continued(self, key: Hashable, seq: int, new_frames: np.ndarray) -> np.ndarray:
-        """The [T+S] frame pool of unroll `seq` of stream `key`, from its T new frames."""
+        """The [T+S] frame pool of unroll `seq` of stream `key`, from its T + 1 - overlap
+        new frames."""
         entry = self._last.get(key)
         if entry is None:
             raise StreamGap("continues a stream this learner does not know")
         last_seq, last_stack = entry
         if seq != last_seq + 1:
             raise StreamGap(f"unroll {seq} does not follow unroll {last_seq}")
-        self._pool[: self.stack] = last_stack
-        self._pool[self.stack:] = new_frames
+        kept = len(last_stack)
+        self._pool[:kept] = last_stack
+        self._pool[kept:] = new_frames
         return self._pool
 
     def remember(self, key: Hashable, seq: int, frames: np.ndarray,
                  episode_start: np.ndarray) -> None:
-        """Keep the last stack of unroll `seq` (frames [T+S], episode_start [T+1])."""
-        last = frames[stack_indices(episode_start, self.stack)[-1]]  # a copy: [S, H, W]
+        """Keep what the next unroll of the stream shares with unroll `seq` (frames
+        [T+S], episode_start [T+1]): the stack of its step T + 1 - overlap (resets applied)
+        and the newest frames of its steps after that: [S - 1 + overlap, H, W]."""
+        k = self.overlap
+        last = frames[stack_indices(episode_start, self.stack)[-k]]  # a copy: [S, H, W]
+        if k > 1:
+            last = np.concatenate([last, frames[len(frames) - k + 1:]])
         self._last[key] = (seq, last)
         self._last.move_to_end(key)
         while len(self._last) > self.max_streams:

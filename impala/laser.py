@@ -84,9 +84,10 @@ class UnrollReplay:
 
     def keep(self, batch: Batch) -> None:
         """Store the batch's fresh unrolls (after sampling: none is replayed in the update
-        that brought it)."""
+        that brought it), with the priorities their actors computed, if all have one."""
         assert batch.stored is not None, "the batch queue must keep the stored form"
-        self.memory.add(batch.stored)
+        priorities = batch.priorities if None not in batch.priorities else None
+        self.memory.add(batch.stored, priorities)
 
     def update_priorities(self, part: ReplayedPart, unroll_errors: np.ndarray) -> None:
         """`unroll_errors` [B + count]: each column's error in the update just made."""

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from impala import auth, checkpoint
+from impala.algorithms import build_algorithm
 from impala.config import PRESETS, Config, parse_host_port
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
@@ -104,11 +105,14 @@ class Learner:
 
         env_info = describe_env(cfg.env_settings)
         self.model = build_agent(cfg.agent_name, env_info).to(self.device)
-        self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model)
-        # Frames this learner consumes per update (agent steps x action repeat).
-        self.frames_per_update = cfg.batch_size * cfg.unroll_length * env_info.frames_per_step
+        self.algorithm = build_algorithm(cfg)
+        self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model,
+                                             self.algorithm.head_field, self.algorithm.overlap)
+        # Fresh frames this learner consumes per update (agent steps x action repeat): an
+        # unroll brings T + 1 - overlap steps the previous one of its environment did not.
+        self.frames_per_update = (cfg.batch_size * (cfg.unroll_length + 1 - self.layout.overlap)
+                                  * env_info.frames_per_step)
         self.frames_per_step = env_info.frames_per_step
-        self.loss_settings = cfg.loss_settings
         optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
@@ -120,6 +124,8 @@ class Learner:
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
+        # After prepare: a target network copies the weights every rank now shares.
+        self.learning = self.algorithm.learner(self.model)
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
                  parameter_checksum(self.model))
@@ -283,8 +289,9 @@ class Learner:
         skipped = 0.0
         for _ in range(cfg.passes):  # every rank makes the same number: allreduces pair up
             stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
-                               self.loss_settings, cfg.gradients_clipping)
+                               self.learning, cfg.gradients_clipping)
             skipped = max(skipped, stats["skipped"])
+        self.learning.after_update(self.model, self.counters.updates + 1)
         unroll_errors = stats.pop("unroll_errors")
         if self.replay is not None:
             self.replay.update_priorities(part, unroll_errors)

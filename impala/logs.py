@@ -34,7 +34,7 @@ LOG_COLUMNS = [
     "policy_kl", "rho_clipped", "learning_rate", "policy_lag", "queue_depth",
     "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
     "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",
-    "trust_region_masked",
+    "trust_region_masked", "td_error", "q_value",
 ]
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]

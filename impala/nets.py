@@ -195,22 +195,52 @@ class ResNetLSTMAgent(ResNetAgent):
         self._build_heads(lstm_size)
 
     def initial_state(self, batch_size: int) -> CoreState:
-        shape = (self.lstm.num_layers, batch_size, self.lstm.hidden_size)
-        return (torch.zeros(shape), torch.zeros(shape))
+        return lstm_initial_state(self.lstm, batch_size)
 
     def core(
         self, features: torch.Tensor, done: torch.Tensor, core_state: CoreState
     ) -> tuple[torch.Tensor, CoreState]:
-        """features [T, B, F]; done [T, B]; state (h, c) each [layers, B, H] -> [T, B, H]."""
-        outputs = []
-        h, c = core_state
-        not_done = (~done.bool()).float()
-        # Step by step so the state can be zeroed at episode starts inside the unroll.
-        for t in range(features.shape[0]):
-            keep = not_done[t].view(1, -1, 1)
-            out, (h, c) = self.lstm(features[t : t + 1], (h * keep, c * keep))
-            outputs.append(out)
-        return torch.cat(outputs, dim=0), (h, c)
+        return lstm_core(self.lstm, features, done, core_state)
+
+
+class MLPLSTMAgent(MLPAgent):
+    """The MLP torso followed by an LSTM of 64: a recurrent agent for small observations
+    (vectors, or small images flattened), e.g. R2D2 on impala/Recall-v0."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 hidden_size: int = 64) -> None:
+        super().__init__(observation_shape, num_actions, hidden_size)
+        self.lstm = nn.LSTM(hidden_size + num_actions + 1, hidden_size, num_layers=1)
+        self._build_heads(hidden_size)
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        return lstm_initial_state(self.lstm, batch_size)
+
+    def core(
+        self, features: torch.Tensor, done: torch.Tensor, core_state: CoreState
+    ) -> tuple[torch.Tensor, CoreState]:
+        return lstm_core(self.lstm, features, done, core_state)
+
+
+def lstm_initial_state(lstm: nn.LSTM, batch_size: int) -> CoreState:
+    """Zero (h, c), each [layers, B, H]."""
+    shape = (lstm.num_layers, batch_size, lstm.hidden_size)
+    return (torch.zeros(shape), torch.zeros(shape))
+
+
+def lstm_core(lstm: nn.LSTM, features: torch.Tensor, done: torch.Tensor,
+              core_state: CoreState) -> tuple[torch.Tensor, CoreState]:
+    """features [T, B, F]; done [T, B]; state (h, c) each [layers, B, H] -> [T, B, H], with
+    the state zeroed where `done` starts a new episode."""
+    outputs = []
+    h, c = core_state
+    not_done = (~done.bool()).float()
+    # Step by step so the state can be zeroed at episode starts inside the unroll.
+    for t in range(features.shape[0]):
+        keep = not_done[t].view(1, -1, 1)
+        out, (h, c) = lstm(features[t : t + 1], (h * keep, c * keep))
+        outputs.append(out)
+    return torch.cat(outputs, dim=0), (h, c)
 
 
 def _init_relu_torso_and_heads(agent: Agent) -> None:
@@ -241,6 +271,7 @@ AGENTS: dict[str, type[Agent]] = {
     "ResNetAgent": ResNetAgent,
     "ResNetLSTMAgent": ResNetLSTMAgent,
     "MLPAgent": MLPAgent,
+    "MLPLSTMAgent": MLPLSTMAgent,
 }
 
 

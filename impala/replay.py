@@ -137,16 +137,21 @@ class ReplayMemory:
     def __len__(self) -> int:
         return self.count
 
-    def add(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    def add(self, arrays: dict[str, np.ndarray],
+            priorities: np.ndarray | None = None) -> np.ndarray:
         """Store n items (`arrays[name]` is [n, *shape]), evicting the oldest; each enters
-        with the largest priority so far. Returns their slots."""
+        with its given priority ([n], e.g. computed by an actor), else with the largest
+        priority so far. Returns their slots."""
         n = len(next(iter(arrays.values())))
         if n > self.capacity:
             raise ValueError(f"cannot add {n} items to a replay of {self.capacity}")
         slots = (self.next_slot + np.arange(n)) % self.capacity
         for name, array in arrays.items():
             self.storage[name][slots] = array
-        self.tree.set(slots, np.full(n, self.max_priority**self.alpha))
+        if priorities is None:
+            self.tree.set(slots, np.full(n, self.max_priority**self.alpha))
+        else:
+            self.update_priorities(slots, priorities)
         self.added_at[slots] = self.adds
         self.adds += 1
         self.next_slot = int((self.next_slot + n) % self.capacity)

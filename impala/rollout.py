@@ -46,6 +46,7 @@ class Batch:
                         for name, spec in layout.schema().items()} if keep_stored else None)
         self.filled = 0
         self.policy_versions: list[int] = []
+        self.priorities: list[float | None] = []  # the actors', for replay
         self.episodes = EpisodeStats([], [])
 
     def add(self, unroll: Unroll) -> None:
@@ -57,6 +58,7 @@ class Batch:
                 self.stored[name][column] = array
         self.filled += 1
         self.policy_versions.append(unroll.policy_version)
+        self.priorities.append(unroll.priority)
         self.episodes.returns.extend(unroll.episodes.returns)
         self.episodes.lengths.extend(unroll.episodes.lengths)
 
@@ -67,6 +69,7 @@ class Batch:
     def reset(self) -> None:
         self.filled = 0
         self.policy_versions = []
+        self.priorities = []
         self.episodes = EpisodeStats([], [])
 
     def columns(self, count: int) -> dict[str, torch.Tensor]:

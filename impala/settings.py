@@ -18,3 +18,27 @@ class LossSettings:
     # LASER's trust region: a replayed step whose KL(pi || mu) exceeds this (nats) is left
     # out of the policy-gradient and baseline losses; 0 turns the mask off.
     trust_region_threshold: float = 0.0
+
+
+# The learning algorithms (`--algorithm`; impala/algorithms/).
+ALGORITHMS = ("impala", "apex", "r2d2")
+
+
+@dataclass(frozen=True)
+class ValueSettings:
+    """What the value-based algorithms (Ape-X, R2D2) learn with; qlearning.py's math."""
+
+    discounting: float = 0.99
+    n_step: int = 3
+    burn_in: int = 0  # steps that only warm the recurrent state up (R2D2)
+    reward_clipping: str = "abs_one"
+    rescaled: bool = False  # R2D2's invertible value rescaling h instead of clipping
+    priority_eta: float = 0.0  # priority = eta max|delta| + (1 - eta) mean|delta|
+    target_update_interval: int = 2500  # updates between target-network copies
+
+    @property
+    def overlap(self) -> int:
+        """Steps an unroll shares with the previous one of its environment: the burn-in
+        plus the step both hold (the T+1 convention), and at least n, so every trained
+        transition without burn-in sees its n steps ahead (qlearning.trained_steps)."""
+        return max(self.burn_in + 1, self.n_step)

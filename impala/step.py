@@ -1,5 +1,5 @@
-"""One learner update: forward pass, IMPALA loss, backward, and the backend's
-averaging, clipping and optimizer step. No sockets, no processes, no clocks."""
+"""One learner update: the algorithm's loss, backward, and the backend's averaging,
+clipping and optimizer step. No sockets, no processes, no clocks."""
 
 from __future__ import annotations
 
@@ -9,43 +9,32 @@ from typing import Any
 
 import torch
 
+from impala.algorithms import Learning
 from impala.distributed import Backend
-from impala.laser import IMPORTANCE_WEIGHT, REPLAYED
-from impala.losses import LossSettings, impala_loss
 from impala.nets import Agent
 
 
 def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
-               settings: LossSettings, max_grad_norm: float) -> dict[str, Any]:
+               learning: Learning, max_grad_norm: float) -> dict[str, Any]:
     """One update on a batch of `[T+1, B, ...]` tensors (observation, last_action, reward,
-    done, action, policy_logits; with replay also `importance_weight` and `replayed`, [B]);
-    returns the logged scalars, `skipped` 1.0 when the update was not applied because the
-    loss or the averaged gradient was not finite, and `unroll_errors` ([B] array, not a
-    scalar: each unroll's mean |v_s - V(x_s)|, for replay priorities)."""
-    output, _ = model(batch["observation"], batch["last_action"], batch["reward"],
-                      batch["done"], core_state)
-    stats = impala_loss(
-        target_logits=output.policy_logits, baseline=output.baseline,
-        behavior_logits=batch["policy_logits"], actions=batch["action"],
-        rewards=batch["reward"], done=batch["done"], settings=settings,
-        column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),
-    )
+    done, action, the algorithm's head field; with replay also `importance_weight` and
+    `replayed`, [B]); returns the logged scalars, `skipped` 1.0 when the update was not
+    applied because the loss or the averaged gradient was not finite, and `unroll_errors`
+    ([B] array, not a scalar: each unroll's error, its replay priority)."""
+    result = learning.loss(model, batch, core_state)
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
     # A non-finite loss on this rank must stop the update on every rank: times NaN, every
     # gradient is NaN, so the averaged gradient's norm is NaN everywhere and all ranks skip
     # the step (no host sync here; the allreduce starts inside backward()).
-    loss = stats.total_loss
+    loss = result.total_loss
     loss = loss * torch.where(torch.isfinite(loss), 1.0, float("nan"))
     loss.backward()
     grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
-    return {"total_loss": stats.total_loss.item(), "pg_loss": stats.pg_loss,
-            "baseline_loss": stats.baseline_loss, "entropy": stats.entropy,
-            "policy_kl": stats.policy_kl, "rho_clipped": stats.rho_clipped,
-            "trust_region_masked": stats.trust_region_masked,
+    return {"total_loss": result.total_loss.item(), **result.scalars,
             "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm)),
-            "unroll_errors": stats.unroll_errors.cpu().numpy(),
-            **torso_health(output.features.detach())}
+            "unroll_errors": result.column_errors.cpu().numpy(),
+            **torso_health(result.features)}
 
 
 def torso_health(features: torch.Tensor) -> dict[str, float]:

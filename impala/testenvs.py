@@ -93,9 +93,70 @@ class DelayedCueEnv(gym.Env):
         return np.repeat(self._frame()[:, :, None], 3, axis=2)
 
 
+class RecallEnv(gym.Env):
+    """`impala/Recall-v0`: a memory task that only a recurrent agent solves.
+
+    Each trial shows a cue (a block on the left or the right) on its first screen only, then
+    `gap` blank screens, then a "go" bar; the action on the "go" screen earns +1 if it
+    points to the cue's side, else -1 (paid on the next step, as in Atari). With gap = 6 the
+    cue is 7 steps back at "go", beyond a 4-frame stack, which then shows only blanks and
+    the bar: a feed-forward agent can only guess (expected return 0), while one that
+    remembers the cue scores `trials`, the spec's reward_threshold. Grey frames
+    `[size, size]` uint8; 2 actions (left, right)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, size: int = 36, trials: int = 5, gap: int = 6,
+                 render_mode: str | None = None):
+        self.size, self.trials, self.gap = size, trials, gap
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self._trial = 0
+        self._step_in_trial = 0  # 0: cue, 1..gap: blank, gap + 1: go
+        self._cue = LEFT
+
+    def _frame(self) -> np.ndarray:
+        frame = np.full((self.size, self.size), 40, np.uint8)
+        quarter = self.size // 4
+        if self._step_in_trial == 0:
+            left = quarter // 2 if self._cue == LEFT else self.size // 2 + quarter // 2
+            frame[quarter: 3 * quarter, left: left + quarter] = 220
+        elif self._step_in_trial == self.gap + 1:
+            frame[-quarter // 2:, :] = 160
+        return frame
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._trial = 0
+        self._new_trial()
+        return self._frame(), {}
+
+    def _new_trial(self) -> None:
+        self._step_in_trial = 0
+        self._cue = int(self.np_random.integers(2))
+
+    def step(self, action: int):
+        reward = 0.0
+        if self._step_in_trial == self.gap + 1:  # the answer
+            reward = 1.0 if int(action) == self._cue else -1.0
+            self._trial += 1
+            self._new_trial()
+        else:
+            self._step_in_trial += 1
+        terminated = self._trial >= self.trials
+        return self._frame(), reward, terminated, False, {}
+
+    def render(self) -> np.ndarray:
+        return np.repeat(self._frame()[:, :, None], 3, axis=2)
+
+
 def register() -> None:
     if "impala/DelayedCue-v0" not in gym.registry:
         gym.register("impala/DelayedCue-v0", entry_point=DelayedCueEnv, max_episode_steps=400)
     if "impala/DelayedCueLong-v0" not in gym.registry:
         gym.register("impala/DelayedCueLong-v0", entry_point=DelayedCueEnv,
                      kwargs={"trials": 5, "delay": 25}, max_episode_steps=400)
+    if "impala/Recall-v0" not in gym.registry:
+        gym.register("impala/Recall-v0", entry_point=RecallEnv, max_episode_steps=400,
+                     reward_threshold=5.0)

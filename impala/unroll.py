@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from impala.framestack import FrameStreams, rebuild_stacks
+from impala.framestack import FrameStreams, rebuild_stacks, stack_indices
 from impala.transport import FieldSpec, Message, WireError, encode, meta_int
 
 if TYPE_CHECKING:  # annotations only: the layout needs neither gymnasium nor the nets
     from impala.envs import EnvInfo
-    from impala.nets import Agent, AgentOutput
+    from impala.nets import Agent
 
 # Message kinds.
 UNROLL = "unroll"
@@ -46,7 +46,8 @@ REWARD = "reward"
 DONE = "done"
 LAST_ACTION = "last_action"
 ACTION = "action"
-POLICY_LOGITS = "policy_logits"
+POLICY_LOGITS = "policy_logits"  # IMPALA's action head: the logits the actor sampled from
+Q_VALUES = "q_values"  # Ape-X's and R2D2's: the action-values the actor was greedy in
 CORE_PREFIX = "core_"
 
 # Fields that exist only in the stored and wire forms: the batch rebuilds `observation`.
@@ -58,6 +59,7 @@ EPISODE_RETURNS = "episode_returns"
 EPISODE_LENGTHS = "episode_lengths"
 STREAM = "stream"
 SEQ = "seq"
+PRIORITY = "priority"  # Ape-X/R2D2: the replay priority the actor computed
 
 # Sane ranges for what an unroll's meta may carry: a policy version and a stream's sequence
 # number stay exact as float64; an episode's length and |return| stay far from overflow.
@@ -65,6 +67,7 @@ MAX_COUNTER = (1 << 53) - 1
 MAX_EPISODE_LENGTH = (1 << 31) - 1
 MAX_ABS_RETURN = 1e12
 MAX_STREAMS_PER_ACTOR = 1 << 16
+MAX_PRIORITY = 1e9
 
 
 def core_field(k: int) -> str:
@@ -79,14 +82,20 @@ class UnrollLayout:
     num_actions: int
     core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
     frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
+    head_field: str = POLICY_LOGITS  # what the algorithm records beside each action [A]
+    overlap: int = 1  # steps an unroll shares with the previous one of its environment
 
     @classmethod
-    def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent) -> UnrollLayout:
-        """The one derivation of the layout, used by actors and learners alike."""
+    def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent,
+                  head_field: str = POLICY_LOGITS, overlap: int = 1) -> UnrollLayout:
+        """The one derivation of the layout, used by actors and learners alike (the head
+        field and overlap are the algorithm's: algorithms/__init__.py)."""
+        if not 1 <= overlap <= unroll_length:
+            raise ValueError(f"unrolls of {unroll_length} steps cannot overlap by {overlap}")
         return cls(unroll_length=unroll_length, observation_shape=env.observation_shape,
                    observation_dtype=env.observation_dtype.name, num_actions=env.num_actions,
                    core_shapes=core_shapes_of(agent.initial_state(1)),
-                   frame_stack=env.frame_stack)
+                   frame_stack=env.frame_stack, head_field=head_field, overlap=overlap)
 
     @property
     def core_names(self) -> list[str]:
@@ -96,12 +105,13 @@ class UnrollLayout:
         """The arrays of one unroll (the stored form), each with a leading T+1 (core: none).
 
         With frame stacking, `observation` is `frames [T+S, H, W]` plus `episode_start
-        [T+1]`; an unroll that `continued` its stream carries only the T new frames.
+        [T+1]`; an unroll that `continued` its stream carries only the T + 1 - overlap new
+        frames.
         """
         steps = self.unroll_length + 1
         if self.frame_stack:
             stack, *frame_shape = self.observation_shape
-            frames = self.unroll_length if continued else steps + stack - 1
+            frames = steps - self.overlap if continued else steps + stack - 1
             fields = {
                 FRAMES: FieldSpec(self.observation_dtype, (frames, *frame_shape)),
                 EPISODE_START: FieldSpec("bool", (steps,)),
@@ -114,7 +124,7 @@ class UnrollLayout:
             DONE: FieldSpec("bool", (steps,)),
             LAST_ACTION: FieldSpec("int64", (steps,)),
             ACTION: FieldSpec("int64", (steps,)),
-            POLICY_LOGITS: FieldSpec("float32", (steps, self.num_actions)),
+            self.head_field: FieldSpec("float32", (steps, self.num_actions)),
         }
         for name, shape in zip(self.core_names, self.core_shapes, strict=True):
             fields[name] = FieldSpec("float32", shape)
@@ -174,8 +184,9 @@ class UnrollWriter:
         self.sets_sent = 0  # `seq` of the next unroll of each env's stream
         self.streams_open = False  # the learner holds the last stack of every env's stream
 
-    def record(self, t: int, step: EnvStep, output: AgentOutput) -> None:
-        """Step t of every env: its environment output and the agent's output ([1, N])."""
+    def record(self, t: int, step: EnvStep, actions: np.ndarray, head: np.ndarray) -> None:
+        """Step t of every env: its environment output, the actions chosen on it [N] and
+        what the algorithm records beside them [N, A]."""
         b = self.buffers
         stack = self.layout.frame_stack
         if stack:  # each frame once: step 0's history, then every step's newest frame
@@ -188,8 +199,24 @@ class UnrollWriter:
         b[REWARD][:, t] = step.reward
         b[DONE][:, t] = step.done
         b[LAST_ACTION][:, t] = step.last_action
-        b[ACTION][:, t] = output.action[0].numpy()
-        b[POLICY_LOGITS][:, t] = output.policy_logits[0].numpy()
+        b[ACTION][:, t] = actions
+        b[self.layout.head_field][:, t] = head
+
+    def shift(self) -> None:
+        """Start the next unroll with the last `overlap` steps of this one (steps 0..k-1):
+        the caller then records steps k..T. With frame stacking, frames [0, S) become the
+        stack of the new step 0 as the learner rebuilds it, then the newest frames of the
+        other shared steps follow."""
+        b, layout = self.buffers, self.layout
+        steps, k, stack = layout.unroll_length + 1, layout.overlap, layout.frame_stack
+        if stack:  # before EPISODE_START moves: step T + 1 - k's stack, resets applied
+            frames = b[FRAMES]
+            for i in range(len(frames)):
+                frames[i, :stack] = frames[i, stack_indices(b[EPISODE_START][i], stack)[-k]]
+            frames[:, stack:stack - 1 + k] = frames[:, steps - k + stack:steps - 1 + stack]
+        for name, array in b.items():
+            if name != FRAMES and not name.startswith(CORE_PREFIX):
+                array[:, :k] = array[:, steps - k:].copy()
 
     def record_core(self, core: Sequence[torch.Tensor]) -> None:
         """The core state before step 0, as the agent holds it: each [L, N, H]."""
@@ -200,20 +227,25 @@ class UnrollWriter:
         self.streams_open = False
 
     def messages(self, sender: str, policy_version: int,
-                 finished: Sequence[Sequence[tuple[float, int]]]) -> Iterator[list[Any]]:
+                 finished: Sequence[Sequence[tuple[float, int]]],
+                 priorities: np.ndarray | None = None) -> Iterator[list[Any]]:
         """One encoded message per environment (call `sent()` once all went out);
-        `finished[i]`: the (return, length) of the episodes env i ended since its last."""
+        `finished[i]`: the (return, length) of the episodes env i ended since its last;
+        `priorities[i]`: env i's replay priority, where the algorithm computes one."""
         continued = self.streams_open
         kind = UNROLL_CONTINUED if continued else UNROLL
         for i, episodes in enumerate(finished):
             arrays = {name: array[i] for name, array in self.buffers.items()}
-            if continued:  # step 0's stack is on the learner already
-                arrays[FRAMES] = arrays[FRAMES][self.layout.frame_stack:]
-            yield encode(kind, sender, arrays, **{
-                POLICY_VERSION: policy_version,
-                EPISODE_RETURNS: [r for r, _ in episodes],
-                EPISODE_LENGTHS: [n for _, n in episodes],
-                STREAM: i, SEQ: self.sets_sent})
+            if continued:  # the shared steps' frames are on the learner already
+                arrays[FRAMES] = arrays[FRAMES][self.layout.frame_stack - 1
+                                                + self.layout.overlap:]
+            meta = {POLICY_VERSION: policy_version,
+                    EPISODE_RETURNS: [r for r, _ in episodes],
+                    EPISODE_LENGTHS: [n for _, n in episodes],
+                    STREAM: i, SEQ: self.sets_sent}
+            if priorities is not None:
+                meta[PRIORITY] = float(priorities[i])
+            yield encode(kind, sender, arrays, **meta)
 
     def sent(self) -> None:
         self.sets_sent += 1
@@ -238,6 +270,7 @@ class Unroll:
     episodes: EpisodeStats
     stream_key: Hashable | None = None
     seq: int = 0
+    priority: float | None = None  # the actor's, where the algorithm has actors compute it
 
 
 class UnrollReader:
@@ -255,14 +288,15 @@ class UnrollReader:
             self.schemas[UNROLL_CONTINUED] = layout.schema(continued=True)
             stack, *frame_shape = layout.observation_shape
             self.streams = FrameStreams(layout.unroll_length, stack, tuple(frame_shape),
-                                        layout.observation_dtype, max_streams)
+                                        layout.observation_dtype, max_streams, layout.overlap)
 
     def read(self, peer: Hashable, message: Message) -> Unroll:
         """`peer`: who sent it, as the transport knows (not as the sender claims)."""
         version, episodes = parse_unroll_meta(message,
                                               max_episodes=self.layout.unroll_length + 1)
         check_unroll_values(message.arrays, self.layout.num_actions)
-        unroll = Unroll(message.arrays, message.sender, version, episodes)
+        unroll = Unroll(message.arrays, message.sender, version, episodes,
+                        priority=parse_priority(message))
         if self.streams is not None:
             stream, unroll.seq = parse_stream_meta(message)
             unroll.stream_key = (peer, stream)
@@ -296,6 +330,18 @@ def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, Episode
                         f"lists of at most {max_episodes} returns (|r| <= {MAX_ABS_RETURN:g}) "
                         f"and lengths (0..{MAX_EPISODE_LENGTH})")
     return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths])
+
+
+def parse_priority(message: Message) -> float | None:
+    """The actor's replay priority, if it sent one: a finite number in [0, MAX_PRIORITY]."""
+    value = message.meta.get(PRIORITY)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value <= MAX_PRIORITY):  # NaN fails the comparison too
+        raise WireError(f"meta.{PRIORITY} must be a number in [0, {MAX_PRIORITY:g}], "
+                        f"got {value!r}")
+    return float(value)
 
 
 def _is_sane_return(value: Any) -> bool:

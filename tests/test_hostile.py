@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from impala.algorithms.impala import ImpalaLearning
 from impala.config import Config
 from impala.distributed import SingleLearner
 from impala.learner import Learner
@@ -194,11 +195,11 @@ def test_a_non_finite_loss_skips_the_update_and_leaves_the_parameters_alone():
                             reward_clipping="none")
     before = [p.detach().clone() for p in model.parameters()]
     batch["reward"][3] = 3e38  # finite on the wire; its square in the baseline loss is not
-    stats = learn_step(model, optimizer, SingleLearner(), batch, (), settings, 40.0)
+    stats = learn_step(model, optimizer, SingleLearner(), batch, (), ImpalaLearning(settings), 40.0)
     assert stats["skipped"] == 1.0 and not np.isfinite(stats["grad_norm"])
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     batch["reward"][3] = 1.0
-    stats = learn_step(model, optimizer, SingleLearner(), batch, (), settings, 40.0)
+    stats = learn_step(model, optimizer, SingleLearner(), batch, (), ImpalaLearning(settings), 40.0)
     assert stats["skipped"] == 0.0 and np.isfinite(stats["grad_norm"])
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 

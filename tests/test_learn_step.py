@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import torch
 
+from impala.algorithms.impala import ImpalaLearning
 from impala.distributed import SingleLearner, clip_and_norm
 from impala.learner import Control
 from impala.losses import LossSettings
@@ -40,7 +41,8 @@ def test_a_step_moves_every_parameter_and_reports_finite_scalars():
     model = create_agent("MLPAgent", (4,), 2)
     optimizer = RMSpropTF(model.parameters(), lr=0.01)
     before = [p.detach().clone() for p in model.parameters()]
-    stats = learn_step(model, optimizer, SingleLearner(), batch(), (), SETTINGS, 40.0)
+    stats = learn_step(model, optimizer, SingleLearner(), batch(), (), ImpalaLearning(SETTINGS),
+                       40.0)
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert stats["skipped"] == 0.0
     for name in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
@@ -87,7 +89,7 @@ def test_no_gradient_flows_into_the_behaviour_logits():
     data = batch()
     data["policy_logits"].requires_grad_(True)
     learn_step(model, RMSpropTF(model.parameters(), lr=0.01), SingleLearner(), data, (),
-               SETTINGS, 40.0)
+               ImpalaLearning(SETTINGS), 40.0)
     assert data["policy_logits"].grad is None
 
 

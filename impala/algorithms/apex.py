@@ -1,0 +1,18 @@
+"""Ape-X (Horgan et al. 2018): many actors, each environment with its own epsilon
+(eps_i = 0.4^(1 + 7 i / (N - 1))), n-step (3) dueling double-Q with a target network,
+prioritized replay (alpha 0.6, beta 0.4) whose first priorities the actors compute."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from impala.algorithms.value import ValueBased
+
+if TYPE_CHECKING:
+    from impala.config import Config
+
+
+def apex(cfg: Config) -> ValueBased:
+    settings = dataclasses.replace(cfg.value_settings, rescaled=False, priority_eta=0.0)
+    return ValueBased("apex", settings, cfg.unroll_length)
