@@ -102,7 +102,12 @@ class RecallEnv(gym.Env):
     cue is 7 steps back at "go", beyond a 4-frame stack, which then shows only blanks and
     the bar: a feed-forward agent can only guess (expected return 0), while one that
     remembers the cue scores `trials`, the spec's reward_threshold. Grey frames
-    `[size, size]` uint8; 2 actions (left, right)."""
+    `[size, size]` uint8; 2 actions (left, right).
+
+    A caveat, measured: the agents here also see their last action, and a feed-forward
+    Ape-X learned to carry the cue in it (answer the cue at once, repeat that action through
+    the blanks): 3.5 of 5 at 39K frames. A cost on early presses closed that channel but
+    also kept R2D2 from learning within 60K frames (sandbox/value.md)."""
 
     metadata = {"render_modes": ["rgb_array"]}
 

@@ -112,6 +112,14 @@ HOSTILE = {
     "infinite policy logits": (with_value("policy_logits", (1, 0), -np.inf), "'policy_logits'"),
     "NaN policy logits": (with_value("policy_logits", (9, 1), np.nan), "'policy_logits'"),
     "boolean byte 2": (bool_byte_two(), "'done'"),
+    # Ape-X/R2D2 actors send their replay priority in the meta.
+    "priority NaN": (raw_header(header_with('{"policy_version": 0, "priority": NaN}')),
+                     "priority"),
+    "priority -1": (unroll(priority=-1.0), "priority"),
+    "priority 1e300": (unroll(priority=1e300), "priority"),
+    "priority of 400 digits": (unroll(priority=10**400), "priority"),
+    "priority true": (unroll(priority=True), "priority"),
+    "priority a string": (unroll(priority="high"), "priority"),
     "weights request version of 400 digits": (
         encode("weights_request", "actor-0", version=10**400), "meta.version"),
     "weights request version true": (

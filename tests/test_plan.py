@@ -115,3 +115,24 @@ def test_the_cluster_record_reads_back_what_was_written_and_never_a_password(tmp
     (tmp_path / ClusterRecord.FILE).write_text('{"processes": [{"name": 1}]}')
     assert ClusterRecord.load(tmp_path) is None  # damaged: refused, not half-read
     assert ClusterRecord.load(tmp_path / "elsewhere") is None
+
+
+def test_each_actor_knows_its_environments_among_the_runs_for_apex_epsilons(tmp_path):
+    path = tmp_path / "hosts.csv"
+    path.write_text("job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password,"
+                    "num_envs\n"
+                    "learner,127.0.0.1,8001,,,,,\n"
+                    "actor,127.0.0.1,9001,,,,,4\n"
+                    "actor,127.0.0.1,9002,,,,,\n"
+                    "actor,127.0.0.1,9003,,,,,2\n")
+    (tmp_path / "none").write_text("")
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", algorithm="apex",
+                 num_envs=8)
+    opts = FrontendOptions(workers_csv_path=str(path), ssh_config=str(tmp_path / "none"))
+    plan = build_plan(cfg, opts, read_cluster_csv(path))
+    firsts = [next(a for a in actor.command if a.startswith("--first_env=")) for actor in
+              plan.actors]
+    assert firsts == ["--first_env=0", "--first_env=4", "--first_env=12"]
+    assert all("--total_envs=14" in actor.command for actor in plan.actors)
+    assert all(sum(a.startswith("--first_env") for a in actor.command) == 1
+               for actor in plan.actors)  # not also passed through from the Config

@@ -113,6 +113,14 @@ def test_new_items_enter_with_the_largest_priority_and_priorities_update():
         memory.update_priorities(first, np.array([np.nan, 1.0]))
 
 
+def test_items_may_enter_with_the_priorities_their_actors_computed():
+    memory = ReplayMemory(FIELDS, capacity=8, priority_exponent=0.5, seed=0)
+    slots = memory.add(items([0, 1, 2]), priorities=np.array([4.0, 9.0, 0.0]))
+    np.testing.assert_allclose(memory.tree.values(slots), [2.0, 3.0, 1e-3])
+    assert memory.max_priority == 9.0  # items added later without one enter at it
+    np.testing.assert_allclose(memory.tree.values(memory.add(items([3]))), [3.0])
+
+
 def test_the_oldest_items_leave_first_and_ages_count_adds():
     memory = ReplayMemory(FIELDS, capacity=5, seed=0)
     for start in (0, 3, 6):  # 3 items per add: 9 in, the oldest 4 out

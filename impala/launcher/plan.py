@@ -36,7 +36,7 @@ from impala.launcher.ssh import (
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 # Flags that the frontend sets per process instead of passing through.
 PER_PROCESS_FLAGS = ("job_name", "task", "learner_host", "num_actors", "num_envs", "mode",
-                     "actor_hosts", "run_name", "logdir")
+                     "actor_hosts", "run_name", "logdir", "first_env", "total_envs")
 
 
 def _option(help: str, default: Any = dataclasses.MISSING) -> Any:
@@ -218,21 +218,29 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
         title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
         command=logged_argv(mpi, pidfile, log), pidfile=pidfile, log=log)
 
-    # Actor i is the i-th actor of the file and serves learner i mod L.
+    # Actor i is the i-th actor of the file and serves learner i mod L; its environments
+    # follow those of the actors before it (Ape-X's per-environment epsilons).
+    actor_workers = [w for w in workers if w.job == "actor"]
+    env_counts = [w.num_envs or cfg.num_envs for w in actor_workers]
+    first_envs = [sum(env_counts[:i]) for i in range(len(env_counts))]
     actors = [_actor_process(cfg, opts, worker, placements[worker.line],
-                             groups[task % len(groups)], task, common, run_dir)
-              for task, worker in enumerate(w for w in workers if w.job == "actor")]
+                             groups[task % len(groups)], task, common, run_dir,
+                             (first_envs[task], sum(env_counts)))
+              for task, worker in enumerate(actor_workers)]
     return Plan(run_dir=run_dir, groups=groups, learners=learners, actors=actors,
                 placements=list(placements.values()))
 
 
 def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place: Placement,
-                   group: LearnerGroup, task: int, common: list[str], run_dir: Path) -> Process:
+                   group: LearnerGroup, task: int, common: list[str], run_dir: Path,
+                   envs: tuple[int, int]) -> Process:
+    """`envs`: (the actor's first environment among the run's, the run's environments)."""
     name = f"actor-{task}"
     actor = ["env", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}", place.python,
              "experiment.py", "--job_name=actor", f"--task={task}",
              f"--learner_host={group.learner.address}",
-             f"--num_envs={worker.num_envs or cfg.num_envs}", *common]
+             f"--num_envs={worker.num_envs or cfg.num_envs}",
+             f"--first_env={envs[0]}", f"--total_envs={envs[1]}", *common]
     pidfile = str(run_dir / "pids" / f"{name}.pid")
     log = str(run_dir / f"{name}.log")
     title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
