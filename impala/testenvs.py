@@ -31,6 +31,23 @@ CUE, BLANK, GO, WAIT = 0, 1, 2, 3  # the phases of one trial
 LEFT, RIGHT = 0, 1  # the actions that answer (a third action, 2, never does)
 
 
+def blank_frame(size: int) -> np.ndarray:
+    return np.full((size, size), 40, np.uint8)
+
+
+def draw_cue(frame: np.ndarray, cue: int) -> None:
+    """A block in the left or right half of a square frame."""
+    size = len(frame)
+    quarter = size // 4
+    left = quarter // 2 if cue == LEFT else size // 2 + quarter // 2
+    frame[quarter: 3 * quarter, left: left + quarter] = 220
+
+
+def draw_go(frame: np.ndarray) -> None:
+    """A bar across the bottom, the same whatever the cue."""
+    frame[-(len(frame) // 4) // 2:, :] = 160
+
+
 class DelayedCueEnv(gym.Env):
     """Grey frames `[size, size]` uint8; 3 actions (left, right, no-op)."""
 
@@ -51,13 +68,12 @@ class DelayedCueEnv(gym.Env):
         self._right = False  # whether the answer being waited on was right
 
     def _frame(self) -> np.ndarray:
-        frame = np.full((self.size, self.size), 40, np.uint8)
+        frame = blank_frame(self.size)
         quarter = self.size // 4
-        if self._phase == CUE:  # a block in the left or right half
-            left = quarter // 2 if self._cue == LEFT else self.size // 2 + quarter // 2
-            frame[quarter: 3 * quarter, left: left + quarter] = 220
-        elif self._phase == GO:  # a bar across the bottom, the same whatever the cue
-            frame[-quarter // 2:, :] = 160
+        if self._phase == CUE:
+            draw_cue(frame, self._cue)
+        elif self._phase == GO:
+            draw_go(frame)
         elif self._phase == WAIT:  # the outcome to come: a block at the top or the bottom
             rows = slice(0, quarter) if self._right else slice(-quarter, None)
             frame[rows, quarter: 3 * quarter] = 100
@@ -122,13 +138,11 @@ class RecallEnv(gym.Env):
         self._cue = LEFT
 
     def _frame(self) -> np.ndarray:
-        frame = np.full((self.size, self.size), 40, np.uint8)
-        quarter = self.size // 4
+        frame = blank_frame(self.size)
         if self._step_in_trial == 0:
-            left = quarter // 2 if self._cue == LEFT else self.size // 2 + quarter // 2
-            frame[quarter: 3 * quarter, left: left + quarter] = 220
+            draw_cue(frame, self._cue)
         elif self._step_in_trial == self.gap + 1:
-            frame[-quarter // 2:, :] = 160
+            draw_go(frame)
         return frame
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
