@@ -7,21 +7,31 @@ Pong-shaped unrolls (frames once per step) plus r x B replayed ones sampled by p
 from a full replay and rebuilt into stacks, the fresh ones stored, priorities updated.
 `fresh_per_s` is what counts toward the frame budget.
 
+With `--algorithms impala apex r2d2`, each algorithm's update as its Pong preset runs it
+(`--preset=auto`: agent, unroll length, overlap, batch, replay ratio), through the
+learner's own objects: its layout, replay, `Learning` (with a target network for Ape-X and
+R2D2, and R2D2's burn-in) and priority updates. `fresh_per_s` counts the steps an unroll
+brings that the previous one of its environment did not (T + 1 - overlap).
+
   .venv/bin/python bench/learner.py [--agent_name=SimpleConvNetAgent] [--seconds=10]
-      [--replay_ratios 0 1 3]
+      [--replay_ratios 0 1 3] [--algorithms impala apex r2d2]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
 import torch
 
+from impala.algorithms import build_algorithm
 from impala.algorithms.impala import ImpalaLearning
+from impala.config import Config, parse_config
 from impala.distributed import SingleLearner
+from impala.envs import describe_env
 from impala.laser import UnrollReplay
 from impala.losses import LossSettings
 from impala.nets import create_agent
@@ -126,6 +136,84 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
             "fresh_per_s": updates * T * B / wall, "core_ms_per_sample": 1000.0 * cpu / trained}
 
 
+def filled_replay(layout: UnrollLayout, B: int, replay: UnrollReplay, head_field: str
+                  ) -> Batch:
+    """A batch of B random Pong-like unrolls, and `replay` filled with copies of it."""
+    batch = Batch(layout, B, extra_columns=replay.max_replayed, keep_stored=True)
+    rng = np.random.default_rng(0)
+    for _ in range(B):
+        arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
+        arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
+        arrays["action"][:] = rng.integers(0, layout.num_actions, len(arrays["action"]))
+        arrays["reward"][:] = rng.choice([-1.0, 0.0, 0.0, 0.0, 1.0], len(arrays["reward"]))
+        arrays[head_field][:] = rng.normal(size=arrays[head_field].shape)
+        batch.add(Unroll(arrays, "bench", 0, EpisodeStats([], [])))
+    while len(replay.memory) < replay.memory.capacity:
+        replay.keep(batch)
+    return batch
+
+
+def algorithm_config(algorithm: str, threads: int, replay_size: int) -> Config:
+    """The Pong preset of `algorithm`, with a replay small enough to fill quickly."""
+    cfg = parse_config([f"--algorithm={algorithm}", "--preset=auto",
+                        "--level_name=PongNoFrameskip-v4", f"--learner_threads={threads}"])
+    if cfg.replay_ratio > 0:
+        cfg = dataclasses.replace(cfg, replay_size=min(cfg.replay_size, replay_size))
+    return cfg
+
+
+def measure_algorithm(algorithm: str, threads: int, seconds: float,
+                      replay_size: int = 1000) -> dict[str, object]:
+    """Updates/s of `algorithm` at its Pong preset, through the learner's objects."""
+    cfg = algorithm_config(algorithm, threads, replay_size)
+    torch.set_num_threads(threads)
+    keep_freed_memory()
+    torch.manual_seed(0)
+    env_info = describe_env(cfg.env_settings)
+    algo = build_algorithm(cfg)
+    model = algo.build_agent(cfg.agent_name, env_info)
+    layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, model, algo.head_field,
+                                    algo.overlap)
+    optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
+                          epsilon=cfg.epsilon)
+    B, T, ratio = cfg.batch_size, cfg.unroll_length, cfg.replay_ratio
+    replay = UnrollReplay(layout, B, max(ratio, 1.0), max(cfg.replay_size, 2 * B),
+                          cfg.priority_exponent, cfg.importance_sampling_exponent, seed=0)
+    batch = filled_replay(layout, B, replay, algo.head_field)
+    backend = SingleLearner()
+    learning = algo.learner(model)
+    updates = 0
+
+    def update() -> None:
+        if ratio > 0:
+            part = replay.mix_into(batch, updates)
+            tensors = batch.columns(part.columns) | replay.loss_inputs(part)
+            replay.keep(batch)
+        else:
+            tensors = batch.columns(B)
+        core = tuple(t.contiguous() for t in core_state(tensors))
+        stats = learn_step(model, optimizer, backend, tensors, core, learning,
+                           cfg.gradients_clipping)
+        learning.after_update(model, updates + 1)
+        if ratio > 0:
+            replay.update_priorities(part, stats["unroll_errors"])
+        encode("weights", "learner-0", weights_arrays(model), version=1)
+
+    update()  # warm-up
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        update()
+        updates += 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    fresh = updates * B * (T + 1 - algo.overlap)
+    trained = fresh * (1 + ratio)
+    return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,
+            "overlap": algo.overlap, "threads": threads, "replay_ratio": ratio,
+            "updates_per_s": updates / wall, "samples_per_s": trained / wall,
+            "fresh_per_s": fresh / wall, "frames_per_s": fresh * env_info.frames_per_step / wall,
+            "core_ms_per_sample": 1000.0 * cpu / trained}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--agent_name", default="SimpleConvNetAgent")
@@ -135,7 +223,17 @@ def main() -> None:
                         help="TxB batch shapes")
     parser.add_argument("--replay_ratios", type=float, nargs="*", default=[0.0],
                         help="0: the plain update; > 0: LASER updates at that ratio")
+    parser.add_argument("--algorithms", nargs="*", default=[],
+                        help="instead of the above: each algorithm at its Pong preset")
     args = parser.parse_args()
+    if args.algorithms:
+        rows = [measure_algorithm(name, threads, args.seconds)
+                for name in args.algorithms for threads in args.threads]
+        common.report("learner_algorithms", rows, [
+            "algorithm", "agent", "T", "B", "overlap", "threads", "replay_ratio",
+            "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",
+            "core_ms_per_sample"])
+        return
     rows = []
     for shape in args.shapes:
         T, B = (int(x) for x in shape.split("x"))

@@ -20,7 +20,7 @@ from impala.algorithms import build_algorithm
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.envs import create_env, env_info
-from impala.nets import Agent, AgentOutput, build_agent
+from impala.nets import Agent, AgentOutput
 from impala.process import PARENT_PID_VARIABLE, lower_priority
 from impala.qlearning import exploration_epsilons
 from impala.transport import ActorSocket, WireError, decode, encode
@@ -140,9 +140,9 @@ class Actor:
         self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
         info = env_info(self.envs[0], settings)
         torch.manual_seed(base_seed)
-        self.model = build_agent(cfg.agent_name, info)
-        self.model.eval()
         self.algorithm = build_algorithm(cfg)
+        self.model = self.algorithm.build_agent(cfg.agent_name, info)
+        self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
                                              self.algorithm.head_field, self.algorithm.overlap)
         first, total = cfg.exploring_envs()  # used by the value-based algorithms only

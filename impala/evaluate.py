@@ -12,7 +12,7 @@ from impala import checkpoint
 from impala.algorithms import Algorithm, build_algorithm
 from impala.config import Config
 from impala.envs import create_env, env_info
-from impala.nets import Agent, build_agent
+from impala.nets import Agent
 
 log = logging.getLogger("evaluate")
 
@@ -22,7 +22,7 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
     path = run_dir / checkpoint.CHECKPOINT_NAME
     state = checkpoint.load(path, cfg.to_dict())
     env = create_env(cfg.env_settings)
-    model = build_agent(cfg.agent_name, env_info(env, cfg.env_settings))
+    model = build_algorithm(cfg).build_agent(cfg.agent_name, env_info(env, cfg.env_settings))
     env.close()
     checkpoint.restore_model(model, state, path)
     model.eval()

@@ -24,7 +24,6 @@ from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
 from impala.laser import ReplayedPart, UnrollReplay
 from impala.logs import LearnerLogs, RunMeta, status_line
-from impala.nets import build_agent
 from impala.optim import RMSpropTF, scheduled_learning_rate
 from impala.process import keep_freed_memory
 from impala.receiver import ReceiverStopped, UnrollReceiver
@@ -104,8 +103,8 @@ class Learner:
         self.keys = auth.ensure_keys(self.run_dir) if cfg.auth == "curve" else None
 
         env_info = describe_env(cfg.env_settings)
-        self.model = build_agent(cfg.agent_name, env_info).to(self.device)
         self.algorithm = build_algorithm(cfg)
+        self.model = self.algorithm.build_agent(cfg.agent_name, env_info).to(self.device)
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model,
                                              self.algorithm.head_field, self.algorithm.overlap)
         # Fresh frames this learner consumes per update (agent steps x action repeat): an

@@ -1,5 +1,6 @@
 """IMPALA agents: a torso, then the one-hot last action and clipped reward, then (optionally)
-an LSTM core, then policy and baseline heads.
+an LSTM core, then policy and baseline heads. With `action_reward_inputs=False` the core
+sees the torso's features only (Ape-X's network: frames in, nothing else).
 
 Every agent has one interface, on time-major inputs:
   forward(observation [T, B, *obs], last_action [T, B], reward [T, B], done [T, B],
@@ -33,12 +34,20 @@ class AgentOutput(NamedTuple):
 
 class Agent(nn.Module):
     """Base class: subclasses define `torso` ([N, *obs] float -> [N, F]) and build the heads
-    on its output plus the one-hot last action and the clipped reward."""
+    on its output plus (with `action_reward_inputs`) the one-hot last action and the
+    clipped reward."""
 
-    def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 action_reward_inputs: bool = True) -> None:
         super().__init__()
         self.observation_shape = tuple(observation_shape)
         self.num_actions = num_actions
+        self.action_reward_inputs = action_reward_inputs
+
+    @property
+    def extra_inputs(self) -> int:
+        """Core inputs beside the torso's features: the one-hot last action and reward."""
+        return self.num_actions + 1 if self.action_reward_inputs else 0
 
     # Subclasses that have a recurrent core override these two.
     def initial_state(self, batch_size: int) -> CoreState:
@@ -76,9 +85,12 @@ class Agent(nn.Module):
         # one float copy instead of two (the profile put 14% of an update here).
         x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
         features = self.torso(x)
-        one_hot_last_action = F.one_hot(last_action.flatten(0, 1).long(), self.num_actions)
-        clipped_reward = reward.flatten(0, 1).float().clamp(-1, 1).unsqueeze(-1)
-        core_input = torch.cat([features, one_hot_last_action.float(), clipped_reward], dim=-1)
+        core_input = features
+        if self.action_reward_inputs:
+            one_hot_last_action = F.one_hot(last_action.flatten(0, 1).long(), self.num_actions)
+            clipped_reward = reward.flatten(0, 1).float().clamp(-1, 1).unsqueeze(-1)
+            core_input = torch.cat([features, one_hot_last_action.float(), clipped_reward],
+                                   dim=-1)
         core_output, core_state = self.core(core_input.view(T, B, -1), done, core_state)
         core_output = core_output.flatten(0, 1)
 
@@ -101,14 +113,14 @@ class MLPAgent(Agent):
     """Two tanh layers of 64 for vector observations (CartPole and friends)."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 hidden_size: int = 64) -> None:
-        super().__init__(observation_shape, num_actions)
+                 action_reward_inputs: bool = True, hidden_size: int = 64) -> None:
+        super().__init__(observation_shape, num_actions, action_reward_inputs)
         inputs = math.prod(observation_shape)
         self.mlp = nn.Sequential(
             nn.Linear(inputs, hidden_size), nn.Tanh(),
             nn.Linear(hidden_size, hidden_size), nn.Tanh(),
         )
-        self._build_heads(hidden_size + num_actions + 1)
+        self._build_heads(hidden_size + self.extra_inputs)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp(x.flatten(1))
@@ -117,8 +129,9 @@ class MLPAgent(Agent):
 class SimpleConvNetAgent(Agent):
     """Nature-DQN convolutions (32x8s4, 64x4s2, 64x3s1) and a fully connected layer of 512."""
 
-    def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
-        super().__init__(observation_shape, num_actions)
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 action_reward_inputs: bool = True) -> None:
+        super().__init__(observation_shape, num_actions, action_reward_inputs)
         channels = observation_shape[0]
         self.convs = nn.Sequential(
             nn.Conv2d(channels, 32, kernel_size=8, stride=4), nn.ReLU(),
@@ -128,7 +141,7 @@ class SimpleConvNetAgent(Agent):
         )
         conv_out = _flat_size(self.convs, observation_shape)
         self.fc = nn.Sequential(nn.Linear(conv_out, 512), nn.ReLU())
-        self._build_heads(512 + num_actions + 1)
+        self._build_heads(512 + self.extra_inputs)
         _init_relu_torso_and_heads(self)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
@@ -176,10 +189,11 @@ class _ResNetTorso(nn.Module):
 class ResNetAgent(Agent):
     """IMPALA deep ResNet (16, 32, 32) with an FC of 256, no recurrence."""
 
-    def __init__(self, observation_shape: tuple[int, ...], num_actions: int) -> None:
-        super().__init__(observation_shape, num_actions)
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 action_reward_inputs: bool = True) -> None:
+        super().__init__(observation_shape, num_actions, action_reward_inputs)
         self.resnet = _ResNetTorso(observation_shape)
-        self._build_heads(256 + num_actions + 1)
+        self._build_heads(256 + self.extra_inputs)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         return self.resnet(x)
@@ -189,9 +203,9 @@ class ResNetLSTMAgent(ResNetAgent):
     """The deep ResNet followed by an LSTM of 256 whose state is reset where `done` is set."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 lstm_size: int = 256) -> None:
-        super().__init__(observation_shape, num_actions)
-        self.lstm = nn.LSTM(256 + num_actions + 1, lstm_size, num_layers=1)
+                 action_reward_inputs: bool = True, lstm_size: int = 256) -> None:
+        super().__init__(observation_shape, num_actions, action_reward_inputs)
+        self.lstm = nn.LSTM(256 + self.extra_inputs, lstm_size, num_layers=1)
         self._build_heads(lstm_size)
 
     def initial_state(self, batch_size: int) -> CoreState:
@@ -208,9 +222,9 @@ class MLPLSTMAgent(MLPAgent):
     (vectors, or small images flattened), e.g. R2D2 on impala/Recall-v0."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 hidden_size: int = 64) -> None:
-        super().__init__(observation_shape, num_actions, hidden_size)
-        self.lstm = nn.LSTM(hidden_size + num_actions + 1, hidden_size, num_layers=1)
+                 action_reward_inputs: bool = True, hidden_size: int = 64) -> None:
+        super().__init__(observation_shape, num_actions, action_reward_inputs, hidden_size)
+        self.lstm = nn.LSTM(hidden_size + self.extra_inputs, hidden_size, num_layers=1)
         self._build_heads(hidden_size)
 
     def initial_state(self, batch_size: int) -> CoreState:
@@ -286,11 +300,13 @@ def agent_class(name: str) -> type[Agent]:
         ) from None
 
 
-def create_agent(name: str, observation_shape: tuple[int, ...], num_actions: int) -> Agent:
-    return agent_class(name)(tuple(observation_shape), num_actions)
+def create_agent(name: str, observation_shape: tuple[int, ...], num_actions: int,
+                 action_reward_inputs: bool = True) -> Agent:
+    return agent_class(name)(tuple(observation_shape), num_actions, action_reward_inputs)
 
 
-def build_agent(name: str, env: EnvInfo) -> Agent:
+def build_agent(name: str, env: EnvInfo, action_reward_inputs: bool = True) -> Agent:
     """The agent `name` for an environment as envs.env_info describes it: the one way the
-    learner, every actor and evaluation build it, so their weights always fit each other."""
-    return create_agent(name, env.observation_shape, env.num_actions)
+    learner, every actor and evaluation build it, so their weights always fit each other
+    (`action_reward_inputs` is the algorithm's: algorithms/__init__.py)."""
+    return create_agent(name, env.observation_shape, env.num_actions, action_reward_inputs)

@@ -100,3 +100,24 @@ def test_pong_return_is_the_sum_of_raw_rewards():
     assert -21 <= sum(rewards) < 0  # a random policy loses at Pong
     assert set(rewards) <= {-1.0, 0.0, 1.0}
     env.close()
+
+
+@pytest.mark.parametrize("level,cue_in_stack", [("impala/Recall-v0", False),
+                                                ("impala/RecallShort-v0", True)])
+def test_recall_shows_its_cue_only_beyond_the_frame_stack(level, cue_in_stack):
+    """At "go" (the step that is paid) Recall's 4-frame stack holds blanks and the bar, with
+    both cues alike; RecallShort's still holds the cue (the feed-forward control)."""
+    stacks_at_go = {}
+    for seed in range(20):
+        env = create_env(EnvSettings(level), seed=seed)
+        obs, _ = env.reset(seed=seed)
+        cue = env.unwrapped._cue
+        for _ in range(env.unwrapped.gap + 1):
+            obs, reward, *_ = env.step(0)
+            assert reward == 0  # nothing is paid before "go"
+        stacks_at_go.setdefault(cue, obs)
+        env.close()
+    assert len(stacks_at_go) == 2
+    left, right = stacks_at_go.values()
+    assert left.shape == (4, 36, 36)
+    assert np.array_equal(left, right) is not cue_in_stack

@@ -119,3 +119,25 @@ def test_a_new_conv_agent_sees_the_game_and_starts_near_uniform():
     assert variation > 2e-3, f"features barely change between Pong frames: {variation:.2e}"
     probabilities = torch.softmax(output.policy_logits, dim=-1)
     assert (probabilities - 1 / 6).abs().max() < 0.01
+
+
+@pytest.mark.parametrize("name,obs_shape,dtype", [
+    ("SimpleConvNetAgent", ATARI, torch.uint8),
+    ("MLPAgent", (4,), torch.float32),
+    ("MLPLSTMAgent", (4,), torch.float32),
+])
+def test_without_action_reward_inputs_the_agent_sees_only_its_observations(name, obs_shape,
+                                                                            dtype):
+    """Ape-X's network (frames only) cannot carry anything in its own last action; the
+    default agent's output does depend on it."""
+    torch.manual_seed(0)
+    observation, last_action, reward, done = inputs(2, 3, obs_shape, dtype)
+    other_action, other_reward = torch.ones_like(last_action), torch.ones_like(reward)
+    for action_reward_inputs in (False, True):
+        agent = nets.create_agent(name, obs_shape, 2, action_reward_inputs)
+        with torch.no_grad():
+            a, _ = agent(observation, last_action, reward, done, agent.initial_state(3))
+            b, _ = agent(observation, other_action, other_reward, done, agent.initial_state(3))
+        same = torch.equal(a.policy_logits, b.policy_logits) and torch.equal(a.baseline,
+                                                                           b.baseline)
+        assert same is not action_reward_inputs

@@ -21,8 +21,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from impala.nets import build_agent
+
 if TYPE_CHECKING:
     from impala.config import Config
+    from impala.envs import EnvInfo
     from impala.nets import Agent, AgentOutput
 
 
@@ -38,6 +41,13 @@ class Algorithm:
 
     name = "base"
     head_field = "policy_logits"  # what the actor records per step beside its action
+    # Whether the agent's core also sees the last action and reward (IMPALA's and R2D2's
+    # agents do; Ape-X's dueling network sees frames only).
+    action_reward_inputs = True
+
+    def build_agent(self, agent_name: str, env: EnvInfo) -> Agent:
+        """The agent the learner, every actor and evaluation build, alike."""
+        return build_agent(agent_name, env, self.action_reward_inputs)
 
     @property
     def overlap(self) -> int:

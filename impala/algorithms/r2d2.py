@@ -16,4 +16,5 @@ if TYPE_CHECKING:
 
 def r2d2(cfg: Config) -> ValueBased:
     settings = dataclasses.replace(cfg.value_settings, rescaled=True, priority_eta=0.9)
-    return ValueBased("r2d2", settings, cfg.unroll_length)
+    # The paper's LSTM sees the last action and reward beside the frames, as IMPALA's does.
+    return ValueBased("r2d2", settings, cfg.unroll_length, action_reward_inputs=True)

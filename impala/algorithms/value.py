@@ -32,8 +32,10 @@ from impala.unroll import ACTION, DONE, Q_VALUES, REWARD
 class ValueBased(Algorithm):
     head_field = Q_VALUES
 
-    def __init__(self, name: str, settings: ValueSettings, unroll_length: int) -> None:
+    def __init__(self, name: str, settings: ValueSettings, unroll_length: int,
+                 action_reward_inputs: bool) -> None:
         self.name = name
+        self.action_reward_inputs = action_reward_inputs
         self.settings = settings
         self.unroll_length = unroll_length
         self.trained = qlearning.trained_steps(unroll_length, settings.burn_in,
