@@ -204,6 +204,11 @@ class Actor:
     def run(self) -> None:
         log.info("%s: %d x %s, learner %s", self.name, self.cfg.num_envs, self.cfg.level_name,
                  self.cfg.learner_host)
+        if self.algorithm.explores_with_epsilons:
+            first, total = self.cfg.exploring_envs()
+            log.info("%s: environments %d-%d of %d, epsilon %.3g down to %.3g", self.name,
+                     first, first + self.cfg.num_envs - 1, total, self.epsilons.max(),
+                     self.epsilons.min())
         if not self._wait_for_first_weights():
             return
         steps, overlap = self.cfg.unroll_length + 1, self.layout.overlap

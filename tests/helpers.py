@@ -132,3 +132,19 @@ def weights_answered(sock, timeout_ms: int) -> bool:
     if not sock.poll(timeout_ms):
         return False
     return json.loads(sock.recv_multipart()[0])["kind"] == "weights"
+
+
+def assert_ranks_in_sync(run_dir: Path, same_rows: bool = True) -> pd.DataFrame:
+    """param_checksum equal (to the last bit, as written) on both ranks at every update
+    both logged; with `same_rows`, both logged the same updates (a run that ended by
+    itself; one stopped from outside may leave one rank a row ahead)."""
+    ranks = [pd.read_csv(run_dir / f"learner-{r}.csv", dtype={"param_checksum": str})
+             for r in (0, 1)]
+    merged = ranks[0].merge(ranks[1], on="updates", suffixes=("_0", "_1"))
+    assert len(merged) >= 3
+    if same_rows:
+        assert len(merged) == len(ranks[0]) == len(ranks[1])
+    mismatched = merged[merged["param_checksum_0"] != merged["param_checksum_1"]]
+    assert mismatched.empty, mismatched[["updates", "param_checksum_0", "param_checksum_1"]]
+    assert (merged["frames_0"] == merged["frames_1"]).all()  # one global frame count
+    return merged

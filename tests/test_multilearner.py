@@ -14,6 +14,7 @@ from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from tests.helpers import (
     CARTPOLE_FLAGS,
     ROOT,
+    assert_ranks_in_sync,
     dealer_to,
     free_port,
     last_value,
@@ -124,18 +125,6 @@ class Cluster:
 def rows_in(path) -> int:
     frame = read_csv(path)
     return 0 if frame is None else len(frame)
-
-
-def assert_ranks_in_sync(run_dir) -> pd.DataFrame:
-    """param_checksum equal (to the last bit, as written) on both ranks at every update."""
-    ranks = [pd.read_csv(run_dir / f"learner-{r}.csv", dtype={"param_checksum": str})
-             for r in (0, 1)]
-    merged = ranks[0].merge(ranks[1], on="updates", suffixes=("_0", "_1"))
-    assert len(merged) >= 3 and len(merged) == len(ranks[0]) == len(ranks[1])
-    mismatched = merged[merged["param_checksum_0"] != merged["param_checksum_1"]]
-    assert mismatched.empty, mismatched[["updates", "param_checksum_0", "param_checksum_1"]]
-    assert (merged["frames_0"] == merged["frames_1"]).all()  # one global frame count
-    return merged
 
 
 @pytest.mark.slow

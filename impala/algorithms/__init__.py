@@ -44,6 +44,7 @@ class Algorithm:
     # Whether the agent's core also sees the last action and reward (IMPALA's and R2D2's
     # agents do; Ape-X's dueling network sees frames only).
     action_reward_inputs = True
+    explores_with_epsilons = False  # the actor's per-environment epsilons are used (Ape-X)
 
     def build_agent(self, agent_name: str, env: EnvInfo) -> Agent:
         """The agent the learner, every actor and evaluation build, alike."""

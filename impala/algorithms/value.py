@@ -31,6 +31,7 @@ from impala.unroll import ACTION, DONE, Q_VALUES, REWARD
 
 class ValueBased(Algorithm):
     head_field = Q_VALUES
+    explores_with_epsilons = True
 
     def __init__(self, name: str, settings: ValueSettings, unroll_length: int,
                  action_reward_inputs: bool) -> None:
