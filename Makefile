@@ -26,7 +26,7 @@ train: setup
 # Everything: unit, integration and end-to-end (learning, mpirun, tmux, sshd in netns).
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PYTEST) -q -ra --timeout=900
+	$(PYTEST) -q -ra --timeout=900 --durations=25
 
 # Quick iteration: everything but the runs marked slow.
 test-fast: setup
