@@ -152,6 +152,24 @@ def test_dry_run_prints_the_plan_and_every_command(tmp_path):
     assert not tmux_has(session) and not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag,expected", [
+    ("--horovod_cycle_time_ms=0", "--horovod_cycle_time_ms must be a number > 0, got 0.0"),
+    ("--summary_interval_s=nan", "--summary_interval_s must be a number > 0, got nan"),
+    ("--master_port=70000", "--master_port must be a port (1-65535), got 70000"),
+])
+def test_bad_frontend_option_is_a_clear_error(tmp_path, flag, expected):
+    result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--dry_run", flag,
+                      f"--logdir={tmp_path}", *CARTPOLE)
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+
+
+def test_the_horovod_cycle_time_reaches_every_rank(tmp_path):
+    result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--dry_run",
+                      "--horovod_cycle_time_ms=2", f"--logdir={tmp_path}", *CARTPOLE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("-x HOROVOD_CYCLE_TIME=2 ") == 2  # both learners' blocks
+
+
 def test_the_original_readme_command_line_is_accepted(tmp_path):
     result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--dry_run",
                       "--level_name=BreakoutNoFrameskip-v4", "--agent_name=SimpleConvNetAgent",

@@ -38,13 +38,14 @@ def test_mpirun_command_for_learners_on_different_hosts():
         LearnerLaunch("10.9.0.2", 8001, "/opt/py", "/home/u/impala", ""),
     ]
     options = MpiOptions(as_root=True, iface="10.9.0.0/24", ssh_command="ssh -F /tmp/cfg",
-                         master_port=29511)
+                         master_port=29511, horovod_cycle_time_ms=2.5)
     command = mpirun_command(learners, ["--level_name=Pong", "--batch_size=32"], options)
 
     def block(host, wdir, cuda, python, rank, port):
         return ["-np", "1", "-host", host, "-wdir", wdir,
                 "-x", "PYTHONUNBUFFERED=1", "-x", "MASTER_ADDR=10.9.0.1",
                 "-x", "MASTER_PORT=29511", "-x", f"CUDA_VISIBLE_DEVICES={cuda}",
+                "-x", "HOROVOD_CYCLE_TIME=2.5",
                 python, "experiment.py", "--job_name=learner", f"--task={rank}",
                 f"--learner_host={port}", "--level_name=Pong", "--batch_size=32"]
 
@@ -69,15 +70,15 @@ def test_every_rank_gets_the_variables(tmp_path):
     # exit at once (this test failed now and then when it read their stdout).
     probe = ("import os, sys; e = os.environ; open(sys.argv[1] + '/rank-' + "
              "e['OMPI_COMM_WORLD_RANK'], 'w').write(f\"{e.get('MASTER_PORT')} "
-             "{e.get('CUDA_VISIBLE_DEVICES')!r}\")")
+             "{e.get('CUDA_VISIBLE_DEVICES')!r} {e.get('HOROVOD_CYCLE_TIME')}\")")
     # Swap the learner program for the probe.
     position = [i for i, word in enumerate(command) if word == "experiment.py"]
     for start_index in reversed(position):
         end = command.index(":", start_index) if ":" in command[start_index:] else len(command)
         command[start_index:end] = ["-c", probe, str(tmp_path)]
     subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-    assert (tmp_path / "rank-0").read_text() == "31999 '7'"
-    assert (tmp_path / "rank-1").read_text() == "31999 ''"
+    assert (tmp_path / "rank-0").read_text() == "31999 '7' 5"
+    assert (tmp_path / "rank-1").read_text() == "31999 '' 5"
 
 
 def test_no_root_flag_for_other_users():

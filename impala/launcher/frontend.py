@@ -59,9 +59,9 @@ def add_frontend_flags(group: argparse._ArgumentGroup) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    opts = FrontendOptions(**{name: getattr(args, name)
-                              for name in FrontendOptions.__dataclass_fields__})
     try:
+        opts = FrontendOptions(**{name: getattr(args, name)
+                                  for name in FrontendOptions.__dataclass_fields__})
         cfg = config_from_namespace(args)
     except ValueError as exc:
         parser.error(str(exc))

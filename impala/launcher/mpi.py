@@ -4,7 +4,7 @@
          -mca odls_base_sigkill_timeout 10
          [-mca plm_rsh_agent "ssh ..."] [-mca oob_tcp_if_include X -mca btl_tcp_if_include X]
          -np 1 -host a:2 -wdir D -x PYTHONUNBUFFERED=1 -x MASTER_ADDR=a -x MASTER_PORT=p
-             -x CUDA_VISIBLE_DEVICES=0 python experiment.py
+             -x CUDA_VISIBLE_DEVICES=0 -x HOROVOD_CYCLE_TIME=5 python experiment.py
              --job_name=learner --task=0 --learner_host=a:8001 ... :
          -np 1 -host a:2 ... --task=1 --learner_host=a:8002 ... :
          -np 1 -host b:1 ... --task=2 --learner_host=b:8001 ...
@@ -35,6 +35,12 @@ class MpiOptions:
     iface: str | None = None  # network (CIDR) or interface name for MPI's TCP traffic
     ssh_command: str | None = None  # how mpirun reaches remote hosts, e.g. "ssh -F cfg"
     master_port: int = 29500  # torch.distributed rendezvous on the first learner's host
+    # Milliseconds between the rounds of Horovod's background thread, which coordinate the
+    # ranks' collectives even while they wait for data. Measured with 2 learners and 2
+    # actors on 2 cores (CartPole, 150K frames): 3,118 frames/s at Horovod's own setting,
+    # 2,641 at 0.2 ms, 5,675 at 5, 5,975 at 10, 4,120 at 25 (sandbox/speed.md). It adds at
+    # most this much to an update's allreduces: small beside an Atari update's ~200 ms.
+    horovod_cycle_time_ms: float = 5.0
     mpirun: str = "mpirun"
 
 
@@ -81,7 +87,8 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
         # block's rank (measured with OpenMPI 4.1), so every block gets its own.
         variables = ("PYTHONUNBUFFERED=1", f"MASTER_ADDR={learners[0].host}",
                      f"MASTER_PORT={options.master_port}",
-                     f"CUDA_VISIBLE_DEVICES={learner.cuda_visible_devices}")
+                     f"CUDA_VISIBLE_DEVICES={learner.cuda_visible_devices}",
+                     f"HOROVOD_CYCLE_TIME={options.horovod_cycle_time_ms:g}")
         for variable in variables:
             command += ["-x", variable]
         command += [learner.python, "experiment.py", "--job_name=learner", f"--task={rank}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -68,7 +69,18 @@ class FrontendOptions:
                                  "<workdir>/.venv/bin/python)", "")
     master_port: int = _option("torch.distributed rendezvous port (--allreduce_backend=torch)",
                                29500)
+    horovod_cycle_time_ms: float = _option("ms between Horovod's coordination rounds "
+                                           "(HOROVOD_CYCLE_TIME; lower: less latency per "
+                                           "update, more CPU while waiting)", 5.0)
     summary_interval_s: float = _option("seconds between the live summary's lines", 10.0)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.master_port <= 65535:
+            raise ValueError(f"--master_port must be a port (1-65535), got {self.master_port}")
+        for name in ("horovod_cycle_time_ms", "summary_interval_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name} must be a number > 0, got {value}")
 
 
 @dataclass
@@ -210,7 +222,7 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
                                       place.workdir, group.learner.cuda_visible_devices))
     mpi = mpirun_command(launches, common, MpiOptions(
         iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(ssh_settings(opts)),
-        master_port=opts.master_port))
+        master_port=opts.master_port, horovod_cycle_time_ms=opts.horovod_cycle_time_ms))
     pidfile, log = str(run_dir / "pids" / "learners.pid"), str(run_dir / "mpirun.log")
     learners = Process(
         name="learners", role="learners",
