@@ -40,7 +40,7 @@ class MpiOptions:
     # actors on 2 cores (CartPole, 150K frames): 3,118 frames/s at Horovod's own setting,
     # 2,641 at 0.2 ms, 5,675 at 5, 5,975 at 10, 4,120 at 25 (sandbox/speed.md). It adds at
     # most this much to an update's allreduces: small beside an Atari update's ~200 ms.
-    horovod_cycle_time_ms: float = 5.0
+    horovod_cycle_time_ms: float | None = 5.0  # None: Horovod's own setting
     mpirun: str = "mpirun"
 
 
@@ -85,10 +85,11 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
         command += ["-np", "1", "-host", slot_of[learner.host], "-wdir", learner.workdir]
         # In an MPMD command line, -x before the first block reaches only the first
         # block's rank (measured with OpenMPI 4.1), so every block gets its own.
-        variables = ("PYTHONUNBUFFERED=1", f"MASTER_ADDR={learners[0].host}",
+        variables = ["PYTHONUNBUFFERED=1", f"MASTER_ADDR={learners[0].host}",
                      f"MASTER_PORT={options.master_port}",
-                     f"CUDA_VISIBLE_DEVICES={learner.cuda_visible_devices}",
-                     f"HOROVOD_CYCLE_TIME={options.horovod_cycle_time_ms:g}")
+                     f"CUDA_VISIBLE_DEVICES={learner.cuda_visible_devices}"]
+        if options.horovod_cycle_time_ms is not None:
+            variables.append(f"HOROVOD_CYCLE_TIME={options.horovod_cycle_time_ms:g}")
         for variable in variables:
             command += ["-x", variable]
         command += [learner.python, "experiment.py", "--job_name=learner", f"--task={rank}",
