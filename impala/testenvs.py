@@ -48,22 +48,50 @@ def draw_go(frame: np.ndarray) -> None:
     frame[-(len(frame) // 4) // 2:, :] = 160
 
 
-class DelayedCueEnv(gym.Env):
-    """Grey frames `[size, size]` uint8; 3 actions (left, right, no-op)."""
+class CueTrialsEnv(gym.Env):
+    """What the cue tasks share: grey frames `[size, size]` uint8 and episodes of `trials`
+    trials, each with a random cue (LEFT or RIGHT). Subclasses draw `_frame()` and set a
+    trial's own state up in `_start_trial()`."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, size: int = 36, trials: int = 10, delay: int = 0,
+    def __init__(self, size: int, trials: int, num_actions: int,
                  render_mode: str | None = None):
-        self.size = size
-        self.trials = trials
-        self.delay = delay  # steps between the answer and its reward
+        self.size, self.trials = size, trials
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
-        self.action_space = gym.spaces.Discrete(3)
+        self.action_space = gym.spaces.Discrete(num_actions)
         self._trial = 0
-        self._phase = CUE
         self._cue = LEFT
+
+    def _frame(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _start_trial(self) -> None:
+        raise NotImplementedError
+
+    def _new_trial(self) -> None:
+        self._start_trial()
+        self._cue = int(self.np_random.integers(2))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._trial = 0
+        self._new_trial()
+        return self._frame(), {}
+
+    def render(self) -> np.ndarray:
+        return np.repeat(self._frame()[:, :, None], 3, axis=2)
+
+
+class DelayedCueEnv(CueTrialsEnv):
+    """3 actions (left, right, no-op)."""
+
+    def __init__(self, size: int = 36, trials: int = 10, delay: int = 0,
+                 render_mode: str | None = None):
+        super().__init__(size, trials, 3, render_mode)
+        self.delay = delay  # steps between the answer and its reward
+        self._phase = CUE
         self._waited = 0
         self._right = False  # whether the answer being waited on was right
 
@@ -79,15 +107,8 @@ class DelayedCueEnv(gym.Env):
             frame[rows, quarter: 3 * quarter] = 100
         return frame
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self._trial = 0
-        self._new_trial()
-        return self._frame(), {}
-
-    def _new_trial(self) -> None:
+    def _start_trial(self) -> None:
         self._phase = CUE
-        self._cue = int(self.np_random.integers(2))
 
     def step(self, action: int):
         if self._phase == GO:  # the answer; paid once `delay` more steps have passed
@@ -105,11 +126,8 @@ class DelayedCueEnv(gym.Env):
         terminated = self._trial >= self.trials
         return self._frame(), reward, terminated, False, {}
 
-    def render(self) -> np.ndarray:
-        return np.repeat(self._frame()[:, :, None], 3, axis=2)
 
-
-class RecallEnv(gym.Env):
+class RecallEnv(CueTrialsEnv):
     """`impala/Recall-v0`: a memory task that only a recurrent agent solves.
 
     Each trial shows a cue (a block on the left or the right) on its first screen only, then
@@ -126,17 +144,11 @@ class RecallEnv(gym.Env):
     `impala/RecallShort-v0` (gap = 2: the cue is still in a 4-frame stack at "go") is the
     control a feed-forward agent does solve."""
 
-    metadata = {"render_modes": ["rgb_array"]}
-
     def __init__(self, size: int = 36, trials: int = 5, gap: int = 6,
                  render_mode: str | None = None):
-        self.size, self.trials, self.gap = size, trials, gap
-        self.render_mode = render_mode
-        self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
-        self.action_space = gym.spaces.Discrete(2)
-        self._trial = 0
+        super().__init__(size, trials, 2, render_mode)
+        self.gap = gap
         self._step_in_trial = 0  # 0: cue, 1..gap: blank, gap + 1: go
-        self._cue = LEFT
 
     def _frame(self) -> np.ndarray:
         frame = blank_frame(self.size)
@@ -146,15 +158,8 @@ class RecallEnv(gym.Env):
             draw_go(frame)
         return frame
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self._trial = 0
-        self._new_trial()
-        return self._frame(), {}
-
-    def _new_trial(self) -> None:
+    def _start_trial(self) -> None:
         self._step_in_trial = 0
-        self._cue = int(self.np_random.integers(2))
 
     def step(self, action: int):
         reward = 0.0
@@ -166,9 +171,6 @@ class RecallEnv(gym.Env):
             self._step_in_trial += 1
         terminated = self._trial >= self.trials
         return self._frame(), reward, terminated, False, {}
-
-    def render(self) -> np.ndarray:
-        return np.repeat(self._frame()[:, :, None], 3, axis=2)
 
 
 def register() -> None:
