@@ -22,25 +22,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Callable
 
 import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
 import torch
 
-from impala.algorithms import build_algorithm
+from impala.algorithms import Learning, build_algorithm
 from impala.algorithms.impala import ImpalaLearning
 from impala.config import Config, parse_config
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
 from impala.laser import UnrollReplay
 from impala.losses import LossSettings
-from impala.nets import create_agent
+from impala.nets import Agent, create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
 from impala.rollout import Batch, core_state
 from impala.step import learn_step
 from impala.transport import encode
-from impala.unroll import EpisodeStats, Unroll, UnrollLayout, core_shapes_of
+from impala.unroll import POLICY_LOGITS, EpisodeStats, Unroll, UnrollLayout, core_shapes_of
 from impala.weights import weights_arrays
 
 ATARI = (4, 84, 84)
@@ -60,6 +61,17 @@ def synthetic_batch(T: int, B: int) -> dict[str, torch.Tensor]:
     }
 
 
+def timed(update: Callable[[int], None], seconds: float) -> tuple[int, float, float]:
+    """`update(0)` once to warm up, then `update(i)` for i = 0, 1, ... for `seconds`:
+    (updates timed, wall seconds, CPU seconds of this process)."""
+    update(0)
+    updates, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        update(updates)
+        updates += 1
+    return updates, time.perf_counter() - t0, time.process_time() - cpu0
+
+
 def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
             keep_memory: bool = True) -> dict[str, object]:
     """`keep_memory=False` (in a fresh process: the setting is process-wide) measures with
@@ -74,16 +86,11 @@ def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
     core = model.initial_state(B)
     backend = SingleLearner()
 
-    def update() -> None:
+    def update(_: int) -> None:
         learn_step(model, optimizer, backend, batch, core, ImpalaLearning(LossSettings()), 40.0)
         encode("weights", "learner-0", weights_arrays(model), version=1)
 
-    update()  # warm-up
-    updates, cpu0, t0 = 0, time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        update()
-        updates += 1
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    updates, wall, cpu = timed(update, seconds)
     samples = updates * T * B
     return {"agent": agent_name, "T": T, "B": B, "threads": threads,
             "updates_per_s": updates / wall, "samples_per_s": samples / wall,
@@ -102,38 +109,39 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
                           frame_stack=ATARI[0])
     replay = UnrollReplay(layout, B, ratio, replay_size, priority_exponent=0.6,
                           importance_sampling_exponent=0.4, seed=0)
-    batch = Batch(layout, B, extra_columns=replay.max_replayed, keep_stored=True)
-    rng = np.random.default_rng(0)
-    for _ in range(B):
-        arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
-        arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
-        arrays["action"][:] = rng.integers(0, ACTIONS, T + 1)
-        batch.add(Unroll(arrays, "bench", 0, EpisodeStats([], [])))
-    while len(replay.memory) < replay_size:
-        replay.keep(batch)
-    backend = SingleLearner()
-    settings = LossSettings(trust_region_threshold=0.3)
-    updates = 0
-
-    def update() -> None:
-        part = replay.mix_into(batch, updates)
-        tensors = batch.columns(part.columns) | replay.loss_inputs(part)
-        replay.keep(batch)
-        core = tuple(t.contiguous() for t in core_state(tensors))
-        stats = learn_step(model, optimizer, backend, tensors, core, ImpalaLearning(settings), 40.0)
-        replay.update_priorities(part, stats["unroll_errors"])
-        encode("weights", "learner-0", weights_arrays(model), version=1)
-
-    update()  # warm-up
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        update()
-        updates += 1
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    batch = filled_replay(layout, B, replay, POLICY_LOGITS)
+    learning = ImpalaLearning(LossSettings(trust_region_threshold=0.3))
+    update = learner_update(model, optimizer, learning, batch, replay, ratio, 40.0)
+    updates, wall, cpu = timed(update, seconds)
     trained = updates * T * (B + ratio * B)
     return {"agent": agent_name, "T": T, "B": B, "threads": threads, "replay_ratio": ratio,
             "updates_per_s": updates / wall, "samples_per_s": trained / wall,
             "fresh_per_s": updates * T * B / wall, "core_ms_per_sample": 1000.0 * cpu / trained}
+
+
+def learner_update(model: Agent, optimizer: torch.optim.Optimizer, learning: Learning,
+                   batch: Batch, replay: UnrollReplay, ratio: float, max_grad_norm: float
+                   ) -> Callable[[int], None]:
+    """One learner update as learner.Learner.step makes it: the fresh batch plus (ratio > 0)
+    replayed unrolls, the step, the algorithm's after-update work, priorities, and the
+    weights encoded for the actors. Called with the update's number."""
+    backend = SingleLearner()
+
+    def update(number: int) -> None:
+        if ratio > 0:
+            part = replay.mix_into(batch, number)
+            tensors = batch.columns(part.columns) | replay.loss_inputs(part)
+            replay.keep(batch)
+        else:
+            tensors = batch.columns(batch.size)
+        core = tuple(t.contiguous() for t in core_state(tensors))
+        stats = learn_step(model, optimizer, backend, tensors, core, learning, max_grad_norm)
+        learning.after_update(model, number + 1)
+        if ratio > 0:
+            replay.update_priorities(part, stats["unroll_errors"])
+        encode("weights", "learner-0", weights_arrays(model), version=1)
+
+    return update
 
 
 def filled_replay(layout: UnrollLayout, B: int, replay: UnrollReplay, head_field: str
@@ -180,31 +188,9 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float,
     replay = UnrollReplay(layout, B, max(ratio, 1.0), max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent, seed=0)
     batch = filled_replay(layout, B, replay, algo.head_field)
-    backend = SingleLearner()
-    learning = algo.learner(model)
-    updates = 0
-
-    def update() -> None:
-        if ratio > 0:
-            part = replay.mix_into(batch, updates)
-            tensors = batch.columns(part.columns) | replay.loss_inputs(part)
-            replay.keep(batch)
-        else:
-            tensors = batch.columns(B)
-        core = tuple(t.contiguous() for t in core_state(tensors))
-        stats = learn_step(model, optimizer, backend, tensors, core, learning,
-                           cfg.gradients_clipping)
-        learning.after_update(model, updates + 1)
-        if ratio > 0:
-            replay.update_priorities(part, stats["unroll_errors"])
-        encode("weights", "learner-0", weights_arrays(model), version=1)
-
-    update()  # warm-up
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        update()
-        updates += 1
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    update = learner_update(model, optimizer, algo.learner(model), batch, replay, ratio,
+                            cfg.gradients_clipping)
+    updates, wall, cpu = timed(update, seconds)
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)
     return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,
