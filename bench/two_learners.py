@@ -9,7 +9,6 @@ and Horovod cycle time (`HOROVOD_CYCLE_TIME`, which the frontend sets; sandbox/s
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,15 +19,10 @@ import common
 import pandas as pd
 
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
+from tests.helpers import free_port
 
 FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=8",
          "--log_interval_s=1", "--learner_threads=1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measure(backend: str, cycle_time_ms: float | None, frames: int) -> dict[str, object]:

@@ -35,11 +35,10 @@ class MpiOptions:
     iface: str | None = None  # network (CIDR) or interface name for MPI's TCP traffic
     ssh_command: str | None = None  # how mpirun reaches remote hosts, e.g. "ssh -F cfg"
     master_port: int = 29500  # torch.distributed rendezvous on the first learner's host
-    # Milliseconds between the rounds of Horovod's background thread, which coordinate the
-    # ranks' collectives even while they wait for data. Measured with 2 learners and 2
-    # actors on 2 cores (CartPole, 150K frames): 3,118 frames/s at Horovod's own setting,
-    # 2,641 at 0.2 ms, 5,675 at 5, 5,975 at 10, 4,120 at 25 (sandbox/speed.md). It adds at
-    # most this much to an update's allreduces: small beside an Atari update's ~200 ms.
+    # Milliseconds between Horovod's coordination rounds, which also run while ranks wait
+    # for data and take CPU from actors sharing the cores: 5 ms against Horovod's own
+    # setting gained 3-82% with 2 learners and 2 actors on 2 cores, and cost 3% with a core
+    # per rank (sandbox/speed.md, "Horovod's cycle time").
     horovod_cycle_time_ms: float | None = 5.0  # None: Horovod's own setting
     mpirun: str = "mpirun"
 
