@@ -145,9 +145,10 @@ class Actor:
         self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
                                              self.algorithm.head_field, self.algorithm.overlap)
-        first, total = cfg.exploring_envs()  # used by the value-based algorithms only
-        self.epsilons = exploration_epsilons(first, cfg.num_envs, total, cfg.actor_epsilon,
-                                             cfg.actor_epsilon_alpha)
+        # This actor's first environment among the run's, and their count (value-based only).
+        self.first_env, self.total_envs = cfg.exploring_envs()
+        self.epsilons = exploration_epsilons(self.first_env, cfg.num_envs, self.total_envs,
+                                             cfg.actor_epsilon, cfg.actor_epsilon_alpha)
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         # Room for a whole set of unrolls and the weights request that follows it.
@@ -205,10 +206,9 @@ class Actor:
         log.info("%s: %d x %s, learner %s", self.name, self.cfg.num_envs, self.cfg.level_name,
                  self.cfg.learner_host)
         if self.algorithm.explores_with_epsilons:
-            first, total = self.cfg.exploring_envs()
             log.info("%s: environments %d-%d of %d, epsilon %.3g down to %.3g", self.name,
-                     first, first + self.cfg.num_envs - 1, total, self.epsilons.max(),
-                     self.epsilons.min())
+                     self.first_env, self.first_env + self.cfg.num_envs - 1, self.total_envs,
+                     self.epsilons.max(), self.epsilons.min())
         if not self._wait_for_first_weights():
             return
         steps, overlap = self.cfg.unroll_length + 1, self.layout.overlap
