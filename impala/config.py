@@ -164,6 +164,10 @@ class Config:
     unroll_length: int = _flag(20, "agent steps per unroll (T)")
     total_environment_frames: int = _flag(200_000_000, "stop after this many frames over all "
                                           "learners (frames = agent steps x action repeats)")
+    target_return: float = _flag(math.inf, "also stop, as finished, once the mean raw return "
+                                 "of the last --target_return_episodes episodes (all actors) "
+                                 "reaches this")
+    target_return_episodes: int = _flag(100, "episodes in --target_return's mean")
     entropy_cost: float = _flag(0.01, "weight of the entropy bonus")
     baseline_cost: float = _flag(0.5, "weight of the baseline loss")
     discounting: float = _flag(0.99, "discount factor gamma")
@@ -245,7 +249,8 @@ class Config:
         positive = ("num_action_repeats", "width", "height", "batch_size", "unroll_length",
                     "total_environment_frames", "num_envs", "queue_capacity",
                     "test_num_episodes", "learner_threads", "max_message_mb",
-                    "log_interval_s", "checkpoint_interval_s", "passes", "replay_size")
+                    "log_interval_s", "checkpoint_interval_s", "passes", "replay_size",
+                    "target_return_episodes")
         for name in positive:
             if getattr(self, name) <= 0:
                 yield f"--{name} must be > 0, got {getattr(self, name)}"
@@ -255,6 +260,8 @@ class Config:
             yield f"--actor_nice must be in 0..19, got {self.actor_nice}"
         if not 0.0 <= self.discounting <= 1.0:
             yield f"--discounting must be in [0, 1], got {self.discounting}"
+        if math.isnan(self.target_return):
+            yield "--target_return must be a number (inf, the default, never stops a run)"
         if self.learning_rate < 0:
             yield f"--learning_rate must be >= 0, got {self.learning_rate}"
         if not 0.0 <= self.lr_hold_fraction <= 1.0:

@@ -30,40 +30,63 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
     return model, run_dir
 
 
+# Episodes played side by side by --mode=test: one batched forward per step instead of one
+# per episode (100 CartPole episodes: 25 s one at a time, a few seconds side by side).
+PARALLEL_EPISODES = 25
+
+
 @torch.no_grad()
-def play_episode(model: Agent, algorithm: Algorithm, env, seed: int, on_step=None
-                 ) -> tuple[float, int]:
-    """Play one whole game (all lives) with the algorithm's evaluation action (IMPALA:
-    sampled from the policy; Ape-X and R2D2: greedy in Q); returns its raw return and
-    length in agent steps."""
-    obs, _ = env.reset(seed=seed)
-    core = model.initial_state(1)
-    last_action, reward, done = 0, 0.0, True
-    while True:
-        output, core = model(torch.from_numpy(np.asarray(obs)[None, None]),
-                             torch.tensor([[last_action]]), torch.tensor([[reward]]),
-                             torch.tensor([[done]]), core)
-        last_action = int(algorithm.evaluation_action(output)[0, 0])
-        obs, reward, terminated, truncated, info = env.step(last_action)
-        done = False
-        if on_step is not None:
-            on_step(env)
-        if terminated or truncated:
-            return float(info["episode"]["r"]), int(info["episode"]["l"])
+def play_episodes(model: Agent, algorithm: Algorithm, envs: list, seeds: list[int],
+                  on_step=None) -> list[tuple[float, int]]:
+    """Play one whole game (all lives) in each of `envs` (reset with its seed), side by side,
+    with the algorithm's evaluation action (IMPALA: sampled from the policy; Ape-X and R2D2:
+    greedy in Q); returns each game's raw return and length in agent steps, in order.
+    A finished game's row keeps being computed (and ignored) until the last one ends, so
+    the core state keeps its [.., B, ..] shape."""
+    observations = [np.asarray(env.reset(seed=seed)[0])
+                    for env, seed in zip(envs, seeds, strict=True)]
+    batch = len(envs)
+    core = model.initial_state(batch)
+    last_actions = torch.zeros(1, batch, dtype=torch.long)
+    rewards = torch.zeros(1, batch)
+    done = torch.ones(1, batch, dtype=torch.bool)  # a new episode: the core starts afresh
+    results: list[tuple[float, int] | None] = [None] * batch
+    while any(result is None for result in results):
+        output, core = model(torch.from_numpy(np.stack(observations))[None], last_actions,
+                             rewards, done, core)
+        actions = algorithm.evaluation_action(output)  # [1, B]
+        done = torch.zeros(1, batch, dtype=torch.bool)
+        for i, env in enumerate(envs):
+            if results[i] is not None:
+                continue
+            obs, reward, terminated, truncated, info = env.step(int(actions[0, i]))
+            observations[i] = np.asarray(obs)
+            rewards[0, i], last_actions[0, i] = reward, actions[0, i]
+            if on_step is not None:
+                on_step(env)
+            if terminated or truncated:
+                results[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
+    return results
 
 
 def test(cfg: Config) -> tuple[float, float]:
-    """Play --test_num_episodes episodes; print and return the mean and std of the return."""
+    """Play --test_num_episodes episodes (seeds seed, seed+1, ...), PARALLEL_EPISODES at a
+    time; print each and return the mean and std of the return."""
     model, _ = load_policy(cfg)
-    env = create_env(cfg.env_settings)
-    returns = []
-    for episode in range(cfg.test_num_episodes):
-        episode_return, length = play_episode(model, build_algorithm(cfg), env,
-                                              seed=cfg.seed + episode)
-        returns.append(episode_return)
-        print(f"episode {episode + 1}/{cfg.test_num_episodes}: return {episode_return:g}, "
-              f"{length} steps", flush=True)
-    env.close()
+    algorithm = build_algorithm(cfg)
+    total = cfg.test_num_episodes
+    returns: list[float] = []
+    for first in range(0, total, PARALLEL_EPISODES):
+        count = min(PARALLEL_EPISODES, total - first)
+        envs = [create_env(cfg.env_settings) for _ in range(count)]
+        seeds = [cfg.seed + first + i for i in range(count)]
+        for i, (episode_return, length) in enumerate(play_episodes(model, algorithm, envs,
+                                                                   seeds)):
+            returns.append(episode_return)
+            print(f"episode {first + i + 1}/{total}: return {episode_return:g}, "
+                  f"{length} steps", flush=True)
+        for env in envs:
+            env.close()
     mean, std = float(np.mean(returns)), float(np.std(returns))
     print(f"mean return {mean:.2f} +- {std:.2f} over {len(returns)} episodes", flush=True)
     return mean, std
@@ -87,8 +110,8 @@ def video(cfg: Config) -> Path:
                                      (width, height))
         writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
 
-    episode_return, length = play_episode(model, build_algorithm(cfg), env, seed=cfg.seed,
-                                          on_step=write_frame)
+    [(episode_return, length)] = play_episodes(model, build_algorithm(cfg), [env],
+                                               [cfg.seed], on_step=write_frame)
     if writer is not None:
         writer.release()
     env.close()

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,6 +82,35 @@ class IntervalStats:
     episodes: float = 0.0
     lags: list[float] = field(default_factory=list)
     last: dict[str, float] = field(default_factory=dict)
+
+
+class ReturnWindow:
+    """The mean raw return of the run's most recent episodes, over all ranks: at least
+    `episodes` of them, in whole updates. Built from each update's agreed Control sums, so
+    every rank computes the same mean and a target stops them on the same update."""
+
+    def __init__(self, episodes: int) -> None:
+        self.episodes = episodes
+        self.updates: deque[tuple[float, float]] = deque()  # (return sum, episodes) per update
+        self.count = 0.0
+
+    def add(self, return_sum: float, count: float) -> None:
+        if count == 0:
+            return
+        self.updates.append((return_sum, count))
+        self.count += count
+        while self.count - self.updates[0][1] >= self.episodes:  # the oldest is not needed
+            self.count -= self.updates.popleft()[1]
+
+    def reached(self, target: float) -> bool:
+        return self.count >= self.episodes and self.mean >= target
+
+    @property
+    def mean(self) -> float:
+        """Summed afresh each time (a few hundred numbers at most): a running sum that also
+        subtracts would drift over millions of episodes."""
+        total = sum(return_sum for return_sum, _ in self.updates)
+        return total / self.count if self.count else float("nan")
 
 
 class Learner:
@@ -202,8 +232,9 @@ class Learner:
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:
         """The loop: take a batch, agree with the other ranks, update, publish the new
         weights, then log and checkpoint when rank 0's clock says so. Returns "finished"
-        at the frame budget or "stopped" when any rank stops."""
+        at the frame budget or the target return, or "stopped" when any rank stops."""
         cfg = self.cfg
+        recent = ReturnWindow(cfg.target_return_episodes)
         interval = IntervalStats(start_frames=self.counters.frames)
         run_start, run_start_frames = time.time(), self.counters.frames
         last_checkpoint = time.time()
@@ -225,9 +256,11 @@ class Learner:
             batches.release(batch)
             self._count(interval, control, stats)
             receiver.publish(self.counters.updates, finite_weights(self.model))
-            # The frame count is global, so every rank finishes on the same update; its last
-            # row is written once even when rank 0's log tick falls on it too.
-            finished = self.counters.frames >= cfg.total_environment_frames
+            # The frame count and the returns are global, so every rank finishes on the same
+            # update; its last row is written once even when rank 0's log tick falls on it too.
+            recent.add(control.return_sum, control.episodes)
+            target_met = recent.reached(cfg.target_return)
+            finished = self.counters.frames >= cfg.total_environment_frames or target_met
             if control.log_now > 0 or finished:
                 self._write_logs(interval, receiver, batches, logs, run_start, run_start_frames)
                 interval = IntervalStats(start_frames=self.counters.frames)
@@ -235,7 +268,12 @@ class Learner:
                 self.save_checkpoint()
                 last_checkpoint = time.time()
             if finished:
-                log.info("reached %d frames: done", self.counters.frames)
+                if target_met:
+                    log.info("mean return %.2f over the last %d episodes reached "
+                             "--target_return=%g at %d frames: done", recent.mean,
+                             recent.count, cfg.target_return, self.counters.frames)
+                else:
+                    log.info("reached %d frames: done", self.counters.frames)
                 return "finished"
 
     def _next_batch(self, receiver: UnrollReceiver, batches: BatchQueue) -> Batch | None:

@@ -148,3 +148,25 @@ def assert_ranks_in_sync(run_dir: Path, same_rows: bool = True) -> pd.DataFrame:
     assert mismatched.empty, mismatched[["updates", "param_checksum_0", "param_checksum_1"]]
     assert (merged["frames_0"] == merged["frames_1"]).all()  # one global frame count
     return merged
+
+
+def assert_stopped_at_the_target(run_dir: Path, target: float, budget: int,
+                                 ranks: int = 1) -> int:
+    """The run ended on --target_return, before its frame budget; the mean its learner
+    logged is, to the last digit printed, that of the last episodes all ranks wrote to
+    their episodes CSVs (whole updates: rows share the frame count of their update).
+    Returns the frame count at the stop."""
+    import re
+
+    import numpy as np
+
+    logged = re.search(r"mean return (\S+) over the last (\d+) episodes reached "
+                       r"--target_return=\S+ at (\d+) frames: done",
+                       (run_dir / "learner-0.log").read_text())
+    assert logged, "the run did not stop on its --target_return"
+    mean, count, frames = float(logged.group(1)), int(logged.group(2)), int(logged.group(3))
+    episodes = pd.concat([pd.read_csv(run_dir / f"episodes-{r}.csv") for r in range(ranks)])
+    last = episodes.sort_values("frames", kind="stable")["episode_return"].iloc[-count:]
+    assert np.isclose(last.mean(), mean, atol=0.006) and mean >= target
+    assert frames < budget
+    return frames

@@ -34,12 +34,15 @@ def test_scalable_agent_flags_exist():
 
 def test_bad_values_name_the_flag(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        parse_config(["--batch_size=0", "--discounting=1.5", "--learner_host=nohost"])
+        parse_config(["--batch_size=0", "--discounting=1.5", "--learner_host=nohost",
+                      "--target_return=nan", "--target_return_episodes=0"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--batch_size must be > 0, got 0" in err
     assert "--discounting must be in [0, 1], got 1.5" in err
     assert "--learner_host: expected ip:port, got 'nohost'" in err
+    assert "--target_return must be a number" in err
+    assert "--target_return_episodes must be > 0, got 0" in err
 
 
 def test_choices_are_enforced(capsys):

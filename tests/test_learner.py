@@ -61,3 +61,30 @@ def test_an_actor_started_niced_still_lowers_its_sessions_group():
                          capture_output=True, text=True, timeout=60, check=True,
                          start_new_session=True).stdout.split()
     assert out == ["15", "15"]
+
+
+def test_the_return_window_holds_the_last_episodes_in_whole_updates():
+    """Against the episodes themselves: after each update, the window's mean is the mean of
+    the fewest trailing whole updates that hold >= N episodes (updates with none skipped)."""
+    import numpy as np
+
+    from impala.learner import ReturnWindow
+
+    rng = np.random.default_rng(0)
+    window, updates = ReturnWindow(episodes=10), []
+    for _ in range(200):
+        returns = rng.normal(size=rng.integers(0, 5)).tolist()
+        window.add(sum(returns), len(returns))
+        updates.append(returns)
+        kept: list[float] = []
+        for earlier in reversed(updates):
+            if len(kept) >= 10:
+                break
+            kept = earlier + kept
+        assert window.count == len(kept)
+        if len(kept) >= 10:
+            assert window.mean == pytest.approx(np.mean(kept))
+            assert window.reached(np.mean(kept) - 1e-9)
+            assert not window.reached(np.mean(kept) + 1e-9)
+        else:
+            assert not window.reached(-np.inf)

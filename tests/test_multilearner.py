@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pandas as pd
 import pytest
 
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
@@ -15,6 +14,7 @@ from tests.helpers import (
     CARTPOLE_FLAGS,
     ROOT,
     assert_ranks_in_sync,
+    assert_stopped_at_the_target,
     dealer_to,
     free_port,
     last_value,
@@ -131,21 +131,17 @@ def rows_in(path) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["horovod", "torch"])
 def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
+    """Two learners reach CartPole's 475 (mean of the last 100 episodes of both ranks)
+    within 500K frames, and --target_return stops both on the same update when they do."""
     budget = 500_000
-    cluster = Cluster(tmp_path, backend, budget)
+    cluster = Cluster(tmp_path, backend, budget, ["--target_return=475"])
     cluster.start()
     code = cluster.wait(timeout=600)
     assert code == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
     merged = assert_ranks_in_sync(cluster.run_dir)
     assert merged["local_frames_0"].sum() > 0 and merged["local_frames_1"].sum() > 0
-    # Both ranks stopped on the same update at the global budget.
-    assert merged["frames_0"].iloc[-1] >= budget
-    episodes = pd.concat([pd.read_csv(cluster.run_dir / f"episodes-{r}.csv") for r in (0, 1)])
-    episodes = episodes.sort_values(["frames", "time"], kind="stable")
-    rolling = episodes["episode_return"].rolling(100).mean()
-    reached = episodes["frames"][rolling >= 475]
-    assert len(reached), f"best mean return over 100 episodes: {rolling.max():.1f}"
-    assert reached.iloc[0] <= budget
+    stopped_at = assert_stopped_at_the_target(cluster.run_dir, 475, budget, ranks=2)
+    assert merged["frames_0"].iloc[-1] == stopped_at  # both ranks' last row: that update
     learner_log = (cluster.run_dir / "learner-0.log").read_text()
     assert "learner 0/2" in learner_log and "learner 1/2" in (
         cluster.run_dir / "learner-1.log").read_text()
