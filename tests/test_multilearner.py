@@ -169,24 +169,6 @@ def test_two_learners_with_their_own_prioritized_replay_stay_bit_identical(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["apex", "r2d2"])
-def test_two_value_based_learners_with_their_own_replay_stay_bit_identical(tmp_path,
-                                                                           algorithm):
-    """Ape-X and R2D2: each rank's replay holds its own actor's unrolls with that actor's
-    priorities; target networks are copied on the same updates on every rank."""
-    extra = [f"--algorithm={algorithm}", f"--run_name={RUN}", "--target_update_interval=5"]
-    if algorithm == "r2d2":
-        extra += ["--agent_name=MLPLSTMAgent", "--unroll_length=20", "--burn_in=8"]
-    cluster = Cluster(tmp_path, "horovod", 20_000, extra)
-    cluster.start()
-    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    merged = assert_ranks_in_sync(cluster.run_dir)
-    assert merged["updates"].iloc[-1] > 20  # several target copies
-    logs = read_csv(cluster.run_dir / "logs.csv")
-    assert logs["td_error"].notna().all() and logs["replay_fill"].iloc[-1] > 0
-
-
-@pytest.mark.slow
 def test_two_learners_resume_from_the_same_frame_count_with_identical_parameters(tmp_path):
     first = Cluster(tmp_path, "horovod", 30_000, ["--checkpoint_interval_s=1000"])
     first.start()
