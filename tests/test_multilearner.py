@@ -150,31 +150,23 @@ def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
     assert not list(cluster.run_dir.glob("logs-*.csv"))
 
 
+REPLAY = ["--replay_ratio=1.5", "--priority_exponent=0.6", "--trust_region_threshold=0.3",
+          "--checkpoint_interval_s=1000"]
+
+
 @pytest.mark.slow
-def test_two_learners_with_their_own_prioritized_replay_stay_bit_identical(tmp_path):
+def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_sync(
+        tmp_path):
     """Each rank replays its own actors' unrolls (different data, different priorities),
     yet every rank takes the same number of replayed unrolls per update, so the allreduces
-    pair up and the parameters stay equal to the last bit."""
-    cluster = Cluster(tmp_path, "horovod", 60_000,
-                      ["--replay_ratio=1.5", "--priority_exponent=0.6",
-                       "--trust_region_threshold=0.3"])
-    cluster.start()
-    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    merged = assert_ranks_in_sync(cluster.run_dir)
-    assert merged["frames_0"].iloc[-1] >= 60_000  # fresh frames only
-    logs = read_csv(cluster.run_dir / "logs.csv")
-    assert logs["replayed_share"].iloc[-1] > 0.5  # 1.5 x B replayed per B fresh
-    for rank in (0, 1):
-        assert "replay: 10000 unrolls" in (cluster.run_dir / f"learner-{rank}.log").read_text()
-
-
-@pytest.mark.slow
-def test_two_learners_resume_from_the_same_frame_count_with_identical_parameters(tmp_path):
-    first = Cluster(tmp_path, "horovod", 30_000, ["--checkpoint_interval_s=1000"])
+    pair up and the parameters stay equal to the last bit; a resumed run starts both ranks
+    from the same frames, updates and parameters, and refills both replays."""
+    first = Cluster(tmp_path, "horovod", 30_000, REPLAY)
     first.start()
     assert first.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    assert_ranks_in_sync(first.run_dir)
     saved_frames = last_value(first.run_dir / "learner-0.csv", "frames")
-    second = Cluster(tmp_path, "horovod", 60_000, ["--checkpoint_interval_s=1000"])
+    second = Cluster(tmp_path, "horovod", 60_000, REPLAY)
     second.start()
     assert second.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
     starts = []
@@ -182,10 +174,12 @@ def test_two_learners_resume_from_the_same_frame_count_with_identical_parameters
         log = (second.run_dir / f"learner-{rank}.log").read_text()
         starts.append(re.findall(r"rank \d \(pid \d+\) starts at (\d+) frames, (\d+) updates, "
                                  r"parameter checksum (\S+)", log)[-1])
+        assert log.count("replay: 10000 unrolls") == 2  # built afresh by each run
     assert starts[0] == starts[1]  # same frames, updates and parameters on both ranks
     assert int(starts[0][0]) == saved_frames > 0
     assert_ranks_in_sync(second.run_dir)
-    assert last_value(second.run_dir / "learner-1.csv", "frames") >= 60_000
+    assert last_value(second.run_dir / "learner-1.csv", "frames") >= 60_000  # fresh frames
+    assert last_value(second.run_dir / "logs.csv", "replayed_share") > 0.5  # 1.5 B per B
 
 
 @pytest.mark.slow
