@@ -72,13 +72,11 @@ def test_apex_solves_recall_only_when_its_frame_stack_shows_the_cue(tmp_path, le
     expected return of 0 of 5, since its network sees frames only (no last action to carry
     the cue in)."""
     flags = [*APEX_ON_RECALL, f"--level_name={level}"]
-    # Stopped once learned (the actors' mean return reaches 4.5); never, where it cannot be.
-    train(tmp_path, [*flags, f"--total_environment_frames={RECALL_BUDGET}",
-                     "--target_return=4.5"], timeout=900)
+    # The whole budget, not --target_return: stopped at the actors' first 4.5 (5.7K frames,
+    # 177 updates, the actors ~29 updates behind) the learner's greedy policy scored 0.62.
+    train(tmp_path, [*flags, f"--total_environment_frames={RECALL_BUDGET}"], timeout=900)
     greedy = greedy_mean_return(tmp_path, flags, 100)
     if cue_in_stack:
-        run_dir = tmp_path / f"{level.replace('/', '-')}_MLPAgent"
-        assert_stopped_at_the_target(run_dir, 4.5, RECALL_BUDGET)
         assert greedy >= 4.5
     else:
         assert greedy < 1.5  # a fixed guess: 0 +- 0.22 over 100 episodes of 5 trials
