@@ -58,15 +58,40 @@ def report(name: str, rows: list[dict[str, object]], columns: list[str]) -> None
     path = RESULTS / f"{name}.csv"
     info = machine()
     fields = list(info) + columns
-    new = not path.exists()
+    earlier, earlier_fields = _read_results(path)
+    if earlier and earlier_fields != fields:
+        # A benchmark that gained a column: rewrite the file under the union of both
+        # headers (old rows get empty cells), never rows wider than their header.
+        fields = earlier_fields + [c for c in fields if c not in earlier_fields]
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(earlier)
     with open(path, "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        if new:
+        if not earlier:
             writer.writeheader()
         for row in rows:
             writer.writerow({**info, **row})
-    print(f"(appended to {path.relative_to(ROOT)}; {info['cores']} cores, {info['cpu']}, "
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"(appended to {shown}; {info['cores']} cores, {info['cpu']}, "
           f"commit {info['commit']})")
+
+
+def _read_results(path: Path) -> tuple[list[dict[str, str]], list[str]]:
+    """The rows and header of a results CSV ([] and [] if there is none); a row with more
+    cells than the header is refused, naming the file and line."""
+    if not path.exists():
+        return [], []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        fields = list(reader.fieldnames or [])
+    for line, row in enumerate(rows, start=2):
+        if None in row:
+            raise ValueError(f"{path}: line {line} has {len(fields) + len(row[None])} cells "
+                             f"under a header of {len(fields)}; fix or move the file")
+    return rows, fields
 
 
 def _cell(value: object) -> str:
