@@ -59,7 +59,7 @@ def report(name: str, rows: list[dict[str, object]], columns: list[str]) -> None
     info = machine()
     fields = list(info) + columns
     earlier, earlier_fields = _read_results(path)
-    if earlier and earlier_fields != fields:
+    if earlier_fields and earlier_fields != fields:
         # A benchmark that gained a column: rewrite the file under the union of both
         # headers (old rows get empty cells), never rows wider than their header.
         fields = earlier_fields + [c for c in fields if c not in earlier_fields]
@@ -69,7 +69,7 @@ def report(name: str, rows: list[dict[str, object]], columns: list[str]) -> None
             writer.writerows(earlier)
     with open(path, "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        if not earlier:
+        if not earlier_fields:
             writer.writeheader()
         for row in rows:
             writer.writerow({**info, **row})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,10 +158,6 @@ def assert_stopped_at_the_target(run_dir: Path, target: float, budget: int,
     logged is, to the last digit printed, that of the last episodes all ranks wrote to
     their episodes CSVs (whole updates: rows share the frame count of their update).
     Returns the frame count at the stop."""
-    import re
-
-    import numpy as np
-
     logged = re.search(r"mean return (\S+) over the last (\d+) episodes reached "
                        r"--target_return=\S+ at (\d+) frames: done",
                        (run_dir / "learner-0.log").read_text())

@@ -345,7 +345,8 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
     assert not processes_mentioning(str(tmp_path))
     # Each actor's epsilons came from its place among all 8 environments of the run.
     assert "environments 4-7 of 8" in (run_dir / "actor-1.log").read_text()
-    assert read_csv(run_dir / "logs.csv")["td_error"].notna().all()
+    logs = read_csv(run_dir / "logs.csv")
+    assert logs["td_error"].notna().all() and logs["replay_fill"].iloc[-1] > 0
     assert assert_ranks_in_sync(run_dir, same_rows=False)["updates"].iloc[-1] > 20
 
 
