@@ -90,7 +90,8 @@ def test_no_root_flag_for_other_users():
 class Cluster:
     """Two learner ranks under one mpirun on this host, one actor each."""
 
-    def __init__(self, tmp_path, backend: str, frames: int, extra: list[str] | None = None):
+    def __init__(self, tmp_path, backend: str, frames: int, extra: list[str] | None = None,
+                 stop_grace_s: int = 10):
         self.tmp_path = tmp_path
         self.ports = [free_port(), free_port()]
         flags = [*MULTI_FLAGS, f"--allreduce_backend={backend}", f"--logdir={tmp_path}",
@@ -98,7 +99,8 @@ class Cluster:
         learners = [LearnerLaunch("127.0.0.1", port, sys.executable, str(ROOT))
                     for port in self.ports]
         self.command = mpirun_command(learners, flags,
-                                      MpiOptions(master_port=free_port()))
+                                      MpiOptions(master_port=free_port(),
+                                                 stop_grace_s=stop_grace_s))
         self.actor_flags = [f for f in flags if not f.startswith("--total")]
 
     def start(self) -> None:
@@ -184,7 +186,10 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
 
 @pytest.mark.slow
 def test_a_dead_rank_does_not_hang_the_others(tmp_path):
-    cluster = Cluster(tmp_path, "horovod", 100_000_000, ["--checkpoint_interval_s=1"])
+    """mpirun ends the other rank when one is killed. The rank left waits in an allreduce
+    and answers only mpirun's SIGKILL, two grace periods later: 2 s here (10 s in a run)."""
+    cluster = Cluster(tmp_path, "horovod", 100_000_000, ["--checkpoint_interval_s=1"],
+                      stop_grace_s=2)
     cluster.start()
     run_dir = cluster.run_dir
     wait_for(lambda: last_value(run_dir / "learner-1.csv", "updates") > 20, 90, "training")

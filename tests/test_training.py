@@ -141,19 +141,19 @@ def test_a_reward_paid_after_the_unroll_ends_is_learned_through_the_bootstrap(tm
     """impala/DelayedCueLong-v0 pays each answer 25 steps later, past the unroll's 20 (as
     Pong pays a point long after the paddle moved); only the waiting screens tell what is
     coming. Solved only if values and bootstrap values carry the return across unroll
-    boundaries. Random play scores 0, perfect play 5; the defaults solve it in ~45K frames."""
-    cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5)
-
-
-REPLAY_FLAGS = ["--replay_ratio=1", "--priority_exponent=0.6", "--trust_region_threshold=0.3"]
+    boundaries. Random play scores 0, perfect play 5; on-policy (replay off, every
+    unroll learned from once) it is solved in ~45K frames."""
+    run_dir = cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5,
+                      ("--replay_ratio=0",))
+    assert read_csv(run_dir / "logs.csv")["replay_fill"].isna().all()
 
 
 def test_prioritized_replay_learns_through_the_atari_data_path(tmp_path):
-    """LASER with prioritized replay on impala/DelayedCueLong-v0: replayed unrolls are kept
-    as single frames and rebuilt into stacks after the fresh ones, weighted and masked in
-    the loss. A wrong rebuild, weight or priority shows as a task not learned."""
-    run_dir = cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5,
-                      tuple(REPLAY_FLAGS))
+    """LASER with prioritized replay, as the atari preset sets it, on
+    impala/DelayedCueLong-v0: replayed unrolls are kept as single frames and rebuilt into
+    stacks after the fresh ones, weighted and masked in the loss. A wrong rebuild, weight or
+    priority shows as a task not learned."""
+    run_dir = cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5)
     logs = read_csv(run_dir / "logs.csv")
     last = logs.iloc[-1]
     assert last["replayed_share"] == 0.5 and 0 < last["replay_fill"] <= 1
@@ -357,6 +357,10 @@ def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
     video = run(["--mode=video", *common], timeout=300)
     assert video.returncode == 0, video.stderr[-3000:]
     assert (run_dir / "video.mp4").stat().st_size > 10_000
+
+
+# CartPole's classic preset is on-policy: replay as the atari preset sets it.
+REPLAY_FLAGS = ["--replay_ratio=1", "--priority_exponent=0.6", "--trust_region_threshold=0.3"]
 
 
 def test_a_run_with_replay_resumes_and_refills_its_replay_from_new_unrolls(tmp_path):

@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-RANK_STOP_GRACE_S = 10  # seconds a rank has to checkpoint and exit after SIGTERM
-
 
 @dataclass(frozen=True)
 class LearnerLaunch:
@@ -40,6 +38,8 @@ class MpiOptions:
     # setting gained 3-82% with 2 learners and 2 actors on 2 cores, and cost 3% with a core
     # per rank (sandbox/speed.md, "Horovod's cycle time").
     horovod_cycle_time_ms: float | None = 5.0  # None: Horovod's own setting
+    # Seconds a rank has to checkpoint and exit after mpirun's SIGTERM (see below).
+    stop_grace_s: int = 10
     mpirun: str = "mpirun"
 
 
@@ -68,7 +68,7 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
     # and SIGKILL after as many again (measured). The default, 1 s, often killed a rank
     # before its final checkpoint. The frontend stops ranks with SIGUSR1, which mpirun
     # forwards at once; this covers a Ctrl-C in the learners' pane.
-    command += ["-mca", "odls_base_sigkill_timeout", str(RANK_STOP_GRACE_S)]
+    command += ["-mca", "odls_base_sigkill_timeout", str(options.stop_grace_s)]
     if options.ssh_command:
         command += ["-mca", "plm_rsh_agent", options.ssh_command]
     if options.iface:
