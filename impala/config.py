@@ -39,9 +39,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ~6M, and 4x the rate kills the conv torso. Held for 80% of the budget, then annealed:
     # a high rate lifts a late-rising seed, a low one settles a risen policy.
     # Record: sandbox/pong_curve.md ("Step sizes", "Dead torso", "Pong with the defaults").
-    # LASER replay, one replayed unroll per fresh one: at equal frames Pong stood 3-5 points
-    # higher in its 5th million on seeds 1 and 2, for ~1.4x the learner's work per frame.
-    # Record: sandbox/replay.md ("Pong, seeds 1 and 2").
+    # LASER replay, one replayed unroll per fresh one, for ~1.4x the learner's work per
+    # frame: Pong's +18 at 7.5M frames instead of ~17M on seed 1; on seed 2 ahead to 7M
+    # frames, then slower (17.3 by 9.7M against +18 at 8.7M). Record: sandbox/replay.md
+    # ("Pong, seeds 1 and 2").
     "atari": {
         "batch_size": 8,
         "learning_rate": 0.0012,
