@@ -23,9 +23,6 @@ from tests.helpers import (
 )
 from tests.netns import BRIDGE_ADDRESS, SUBNET, NamespaceNetwork, unavailable_reason
 
-# One worker runs this file under `pytest -n`: the original CSV's fixed ports, the network
-# namespaces (one set, made once per module) and the tmux server are shared.
-pytestmark = pytest.mark.xdist_group("frontend")
 FRONTEND = str(ROOT / "run_experiment_mm_raw.py")
 ORIGINAL_CSV = ROOT / "sandbox" / "local_workers_example.csv"
 HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password\n"
