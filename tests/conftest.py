@@ -2,7 +2,8 @@
 the CPU seconds of pytest plus the processes it started and waited for go to a CSV.
 
 A test whose CPU is far below twice its wall time (2 cores) mostly waits (mpirun's grace,
-sshd, tmux), and can run beside a CPU-bound one; sandbox/speed.md uses it.
+sshd). Processes that tmux or sshd started are not counted: the frontend's tests read low.
+sandbox/speed.md ("Side by side on a fast hour") used it.
 """
 
 from __future__ import annotations

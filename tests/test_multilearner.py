@@ -91,7 +91,7 @@ class Cluster:
     """Two learner ranks under one mpirun on this host, one actor each."""
 
     def __init__(self, tmp_path, backend: str, frames: int, extra: list[str] | None = None,
-                 stop_grace_s: int = 10):
+                 stop_grace_s: int = MpiOptions.stop_grace_s):
         self.tmp_path = tmp_path
         self.ports = [free_port(), free_port()]
         flags = [*MULTI_FLAGS, f"--allreduce_backend={backend}", f"--logdir={tmp_path}",

@@ -360,7 +360,8 @@ def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
 
 
 # CartPole's classic preset is on-policy: replay as the atari preset sets it.
-REPLAY_FLAGS = ["--replay_ratio=1", "--priority_exponent=0.6", "--trust_region_threshold=0.3"]
+REPLAY_FLAGS = [f"--{name}={PRESETS['atari'][name]}"
+                for name in ("replay_ratio", "priority_exponent", "trust_region_threshold")]
 
 
 def test_a_run_with_replay_resumes_and_refills_its_replay_from_new_unrolls(tmp_path):
