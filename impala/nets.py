@@ -12,6 +12,7 @@ feed-forward agents, `(h, c)` each `[num_layers, B, hidden]` for the LSTM agent.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -245,14 +246,19 @@ def lstm_initial_state(lstm: nn.LSTM, batch_size: int) -> CoreState:
 def lstm_core(lstm: nn.LSTM, features: torch.Tensor, done: torch.Tensor,
               core_state: CoreState) -> tuple[torch.Tensor, CoreState]:
     """features [T, B, F]; done [T, B]; state (h, c) each [layers, B, H] -> [T, B, H], with
-    the state zeroed where `done` starts a new episode."""
-    outputs = []
+    the state zeroed where `done` starts a new episode.
+
+    One LSTM call per stretch of steps in which no env starts an episode, the state zeroed
+    at each stretch's first step for the envs that start there: the same result as a call
+    per step, but an R2D2 learner update (81 steps, episodes of 40) ran its LSTM 5.5x
+    faster, and 10x with Atari-length episodes (sandbox/value.md, "LSTM by stretches")."""
+    starts = done.bool()
+    bounds = [0, *starts[1:].any(dim=1).nonzero().flatten().add(1).tolist(), len(features)]
+    keep = (~starts).to(features.dtype).unsqueeze(-1)  # [T, B, 1]
     h, c = core_state
-    not_done = (~done.bool()).float()
-    # Step by step so the state can be zeroed at episode starts inside the unroll.
-    for t in range(features.shape[0]):
-        keep = not_done[t].view(1, -1, 1)
-        out, (h, c) = lstm(features[t : t + 1], (h * keep, c * keep))
+    outputs = []
+    for first, end in itertools.pairwise(bounds):
+        out, (h, c) = lstm(features[first:end], (h * keep[first], c * keep[first]))
         outputs.append(out)
     return torch.cat(outputs, dim=0), (h, c)
 

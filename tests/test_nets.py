@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch import nn
 
 from impala import nets
 from impala.envs import random_play_observations
@@ -66,6 +67,44 @@ def test_lstm_reset_inside_an_unroll():
         b, _ = agent(other, last_action, reward, done, agent.initial_state(1))
     torch.testing.assert_close(a.policy_logits[2], b.policy_logits[2])
     assert not torch.allclose(a.policy_logits[1], b.policy_logits[1])
+
+
+def lstm_step_by_step(lstm, features, done, core_state):
+    """The reference: one LSTM step at a time, the state zeroed where done is set."""
+    h, c = core_state
+    outputs = []
+    for t in range(len(features)):
+        keep = (~done[t]).float().view(1, -1, 1)
+        out, (h, c) = lstm(features[t:t + 1], (h * keep, c * keep))
+        outputs.append(out)
+    return torch.cat(outputs), (h, c)
+
+
+@pytest.mark.parametrize("episode_starts", ["none", "first step", "scattered", "every step"])
+def test_the_lstm_run_by_stretches_equals_one_step_at_a_time(episode_starts):
+    """lstm_core calls the LSTM once per stretch without an episode start: its outputs,
+    final state and gradients must be those of stepping one frame at a time."""
+    torch.manual_seed(0)
+    T, B, F, H = 17, 5, 6, 8
+    lstm = nn.LSTM(F, H)
+    done = torch.zeros(T, B, dtype=torch.bool)
+    if episode_starts == "first step":
+        done[0, 1:3] = True
+    elif episode_starts == "scattered":
+        done[[0, 3, 3, 4, 9, 16], [0, 1, 4, 1, 2, 3]] = True
+    elif episode_starts == "every step":
+        done[:] = True
+    state = (torch.randn(1, B, H), torch.randn(1, B, H))
+    results = []
+    for core in (nets.lstm_core, lstm_step_by_step):
+        features = torch.randn(T, B, F, generator=torch.Generator().manual_seed(1),
+                               requires_grad=True)
+        lstm.zero_grad()
+        out, (h, c) = core(lstm, features, done, state)
+        (out.square().sum() + h.sum() + c.sum()).backward()
+        results.append([out, h, c, features.grad, *(p.grad for p in lstm.parameters())])
+    for fast, slow in zip(*results, strict=True):
+        torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)
 
 
 def test_deterministic_under_a_seed():
