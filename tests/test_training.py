@@ -156,9 +156,11 @@ def test_prioritized_replay_learns_through_the_atari_data_path(tmp_path):
     run_dir = cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5)
     logs = read_csv(run_dir / "logs.csv")
     last = logs.iloc[-1]
-    assert last["replayed_share"] == 0.5 and 0 < last["replay_fill"] <= 1
+    preset = PRESETS["atari"]
+    ratio = preset["replay_ratio"]
+    assert last["replayed_share"] == ratio / (1 + ratio) and 0 < last["replay_fill"] <= 1
     assert last["replay_age"] >= 1 and 0 <= last["trust_region_masked"] <= 1
-    assert "replay: 10000 unrolls x" in (run_dir / "learner-0.log").read_text()
+    assert f"replay: {preset['replay_size']} unrolls x" in (run_dir / "learner-0.log").read_text()
 
 
 def _raw_messages(header_ok: bytes) -> list[list[bytes]]:
