@@ -21,6 +21,12 @@ EXPERIMENT = str(ROOT / "experiment.py")
 # CartPole as a user runs it: the level and the agent; every other setting is the
 # classic preset's (impala/config.py).
 CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_interval_s=2"]
+# Runs of the same command differ (actor processes race the learner, so batches and policy
+# lag differ): alone on the 2-core machine the defaults reached 475 at 186K-252K frames in
+# 17 runs of 17, but 2 runs in ~7 `make test`s missed (best 454 and 474), and two learners
+# once plateaued at ~300-380 over 500K frames. A second attempt keeps that ~1-in-10 miss
+# from failing CI; a break of learning still fails both.
+CARTPOLE_ATTEMPTS = 2
 
 
 def free_port() -> int:

