@@ -39,11 +39,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ~6M, and 4x the rate kills the conv torso. Held for 80% of the budget, then annealed:
     # a high rate lifts a late-rising seed, a low one settles a risen policy.
     # Record: sandbox/pong_curve.md ("Step sizes", "Dead torso", "Pong with the defaults").
-    # LASER replay, three replayed unrolls per fresh one from a memory of 3,000 (the last
-    # ~375 updates): Pong's +18 at 4.97M frames on seed 2, 4.96M on seed 3, ~5.4M on seed 1,
-    # against 7.5M (seed 1) and >9.7M (seed 2) with r = 1 from 10,000, and ~17M and 8.7M
-    # without replay. r = 5 was not better (more of its replay falls outside the trust region).
-    # Record: sandbox/replay.md ("Pong, r = 3", "Seeds 1 and 3").
+    # LASER replay, 3 replayed unrolls per fresh one from the last ~375 updates (3,000):
+    # Pong's +18 at 4.96-5.4M frames on 3 seeds, against 7.5M-10M+ at r = 1 and 8.7-17M
+    # without replay. Record: sandbox/replay.md ("Pong, r = 3", "Seeds 1 and 3").
     "atari": {
         "batch_size": 8,
         "learning_rate": 0.0012,
