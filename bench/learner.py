@@ -39,6 +39,7 @@ from impala.nets import Agent, create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
 from impala.rollout import Batch, core_state
+from impala.settings import ReplaySchedule
 from impala.step import learn_step
 from impala.transport import encode
 from impala.unroll import POLICY_LOGITS, EpisodeStats, Unroll, UnrollLayout, core_shapes_of
@@ -107,8 +108,8 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
     optimizer = RMSpropTF(model.parameters(), lr=6e-4)
     layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
                           frame_stack=ATARI[0])
-    replay = UnrollReplay(layout, B, ratio, replay_size, priority_exponent=0.6,
-                          importance_sampling_exponent=0.4, seed=0)
+    replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), replay_size,
+                          priority_exponent=0.6, importance_sampling_exponent=0.4, seed=0)
     batch = filled_replay(layout, B, replay, POLICY_LOGITS)
     learning = ImpalaLearning(LossSettings(trust_region_threshold=0.3))
     update = learner_update(model, optimizer, learning, batch, replay, ratio, 40.0)
@@ -129,7 +130,7 @@ def learner_update(model: Agent, optimizer: torch.optim.Optimizer, learning: Lea
 
     def update(number: int) -> None:
         if ratio > 0:
-            part = replay.mix_into(batch, number)
+            part = replay.mix_into(batch, number, frames=0)
             tensors = batch.columns(part.columns) | replay.loss_inputs(part)
             replay.keep(batch)
         else:
@@ -185,7 +186,8 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float,
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
                           epsilon=cfg.epsilon)
     B, T, ratio = cfg.batch_size, cfg.unroll_length, cfg.replay_ratio
-    replay = UnrollReplay(layout, B, max(ratio, 1.0), max(cfg.replay_size, 2 * B),
+    replay = UnrollReplay(layout, B, ReplaySchedule.constant(max(ratio, 1.0)),
+                          max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent, seed=0)
     batch = filled_replay(layout, B, replay, algo.head_field)
     update = learner_update(model, optimizer, algo.learner(model), batch, replay, ratio,

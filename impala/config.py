@@ -25,7 +25,13 @@ if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor g
 
     from impala.envs import EnvSettings
 
-from impala.settings import ALGORITHMS, REWARD_CLIPPING_MODES, LossSettings, ValueSettings
+from impala.settings import (
+    ALGORITHMS,
+    REWARD_CLIPPING_MODES,
+    LossSettings,
+    ReplaySchedule,
+    ValueSettings,
+)
 
 
 def _flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -194,6 +200,11 @@ class Config:
                                 "update trains on the B fresh unrolls plus replay_ratio x B "
                                 "from the learner's replay (fractional values alternate "
                                 "between the two nearest counts); 0 turns replay off")
+    initial_replay_ratio: float = _flag(0.0, "--replay_ratio for the run's first "
+                                        "--initial_replay_frames fresh frames (more updates "
+                                        "per frame while the policy is poor)")
+    initial_replay_frames: int = _flag(0, "fresh frames trained at --initial_replay_ratio "
+                                       "before --replay_ratio takes over (0: none)")
     replay_size: int = _flag(10_000, "unrolls each learner's replay holds (the oldest leave "
                              "first); its memory is logged at start")
     priority_exponent: float = _flag(0.0, "alpha of prioritized replay: unrolls are sampled "
@@ -284,11 +295,19 @@ class Config:
                    f"got {self.run_name!r}")
 
     def _replay_problems(self):
-        if not (math.isfinite(self.replay_ratio) and self.replay_ratio >= 0):
-            yield f"--replay_ratio must be >= 0 (0 turns replay off), got {self.replay_ratio}"
-        elif self.replay_size < max(self.batch_size, self.max_replayed_per_update):
+        ratios_ok = True
+        for name in ("replay_ratio", "initial_replay_ratio"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                ratios_ok = False
+                yield f"--{name} must be >= 0 (0 turns replay off), got {value}"
+        if self.initial_replay_frames < 0:
+            yield f"--initial_replay_frames must be >= 0, got {self.initial_replay_frames}"
+        if ratios_ok and self.replay_size < max(self.batch_size, self.max_replayed_per_update):
+            larger = ("--initial_replay_ratio"
+                      if self.replay_schedule.largest > self.replay_ratio else "--replay_ratio")
             yield (f"--replay_size must hold at least one batch: >= max(--batch_size, "
-                   f"ceil(--replay_ratio x --batch_size)) = "
+                   f"ceil({larger} x --batch_size)) = "
                    f"{max(self.batch_size, self.max_replayed_per_update)}, "
                    f"got {self.replay_size}")
         for name in ("priority_exponent", "importance_sampling_exponent"):
@@ -330,8 +349,14 @@ class Config:
 
     @property
     def max_replayed_per_update(self) -> int:
-        """ceil(replay_ratio x batch_size): the most replayed unrolls one update takes."""
-        return math.ceil(self.replay_ratio * self.batch_size)
+        """ceil(r x batch_size) for the larger ratio in use: the most replayed unrolls one
+        update takes."""
+        return math.ceil(self.replay_schedule.largest * self.batch_size)
+
+    @property
+    def replay_schedule(self) -> ReplaySchedule:
+        return ReplaySchedule(self.initial_replay_ratio, self.initial_replay_frames,
+                              self.replay_ratio)
 
     @property
     def resolved_run_name(self) -> str:

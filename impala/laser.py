@@ -8,8 +8,8 @@ replayed steps outside the trust region; the learner hands back each replayed un
 error as its new priority.
 
 Every rank draws the same number of replayed unrolls at every update (a function of the
-update count, which all ranks share, and of the fill, which grows the same on all ranks),
-so batch shapes match and the allreduces pair up.
+update count and the run's frames, which all ranks share, and of the fill, which grows the
+same on all ranks), so batch shapes match and the allreduces pair up.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 
 from impala.replay import ReplayMemory, ReplaySample
 from impala.rollout import Batch
+from impala.settings import ReplaySchedule
 from impala.unroll import UnrollLayout, write_batch_column
 
 log = logging.getLogger("learner")
@@ -52,12 +53,12 @@ def replayed_count(update: int, ratio: float, batch_size: int) -> int:
 
 
 class UnrollReplay:
-    def __init__(self, layout: UnrollLayout, batch_size: int, ratio: float, size: int,
-                 priority_exponent: float, importance_sampling_exponent: float,
+    def __init__(self, layout: UnrollLayout, batch_size: int, ratios: ReplaySchedule,
+                 size: int, priority_exponent: float, importance_sampling_exponent: float,
                  seed: int) -> None:
         self.batch_size = batch_size
-        self.ratio = ratio
-        self.max_replayed = math.ceil(ratio * batch_size)
+        self.ratios = ratios
+        self.max_replayed = math.ceil(ratios.largest * batch_size)
         check_memory(size, layout)
         self.memory = ReplayMemory(layout.schema(), size, priority_exponent,
                                    importance_sampling_exponent, seed)
@@ -66,9 +67,11 @@ class UnrollReplay:
         self.replayed = torch.zeros(columns, dtype=torch.bool)
         self.replayed[batch_size:] = True
 
-    def mix_into(self, batch: Batch, update: int) -> ReplayedPart:
-        """Write this update's replayed unrolls into `batch` after its fresh ones."""
-        count = min(replayed_count(update, self.ratio, self.batch_size), len(self.memory))
+    def mix_into(self, batch: Batch, update: int, frames: int) -> ReplayedPart:
+        """Write this update's replayed unrolls into `batch` after its fresh ones; `frames`:
+        the run's fresh frames before this update."""
+        ratio = self.ratios.at(frames)
+        count = min(replayed_count(update, ratio, self.batch_size), len(self.memory))
         if count == 0:
             return ReplayedPart(None, batch.size, 0)
         sample = self.memory.sample(count)

@@ -147,9 +147,9 @@ class Learner:
         self.counters = self._restore(optimizer)
         # LASER: each rank replays its own actors' unrolls (rebuilt from new ones on resume).
         self.replay = UnrollReplay(
-            self.layout, cfg.batch_size, cfg.replay_ratio, cfg.replay_size,
+            self.layout, cfg.batch_size, cfg.replay_schedule, cfg.replay_size,
             cfg.priority_exponent, cfg.importance_sampling_exponent, seed=cfg.seed + self.rank,
-        ) if cfg.replay_ratio > 0 else None
+        ) if cfg.replay_schedule.largest > 0 else None
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
@@ -318,7 +318,7 @@ class Learner:
         part = ReplayedPart(None, batch.size, 0)
         extra = {}
         if self.replay is not None:
-            part = self.replay.mix_into(batch, self.counters.updates)
+            part = self.replay.mix_into(batch, self.counters.updates, self.counters.frames)
             extra = self.replay.loss_inputs(part)
             self.replay.keep(batch)
         tensors = to_device(batch.columns(part.columns) | extra, self.device)

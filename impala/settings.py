@@ -1,5 +1,5 @@
-"""Settings that both the flags (config.py) and the algorithm (losses.py) need, so that each
-imports them from here, downward, and neither imports the other. No torch."""
+"""Settings that both the flags (config.py) and the algorithm (losses.py, laser.py) need,
+so that each imports them from here, downward, and neither imports the other. No torch."""
 
 from __future__ import annotations
 
@@ -18,6 +18,29 @@ class LossSettings:
     # LASER's trust region: a replayed step whose KL(pi || mu) exceeds this (nats) is left
     # out of the policy-gradient and baseline losses; 0 turns the mask off.
     trust_region_threshold: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReplaySchedule:
+    """Replayed unrolls per fresh one (laser.py): `initial` until the run has
+    `initial_frames` fresh frames, then `ratio` (--initial_replay_ratio,
+    --initial_replay_frames, --replay_ratio)."""
+
+    initial: float
+    initial_frames: int
+    ratio: float
+
+    @classmethod
+    def constant(cls, ratio: float) -> ReplaySchedule:
+        return cls(ratio, 0, ratio)
+
+    def at(self, frames: int) -> float:
+        return self.initial if frames < self.initial_frames else self.ratio
+
+    @property
+    def largest(self) -> float:
+        """The most any update uses (0: replay is off)."""
+        return max(self.initial, self.ratio) if self.initial_frames > 0 else self.ratio
 
 
 # The learning algorithms (`--algorithm`; impala/algorithms/).

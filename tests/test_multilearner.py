@@ -165,8 +165,10 @@ def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
     assert not list(cluster.run_dir.glob("logs-*.csv"))
 
 
-REPLAY = ["--replay_ratio=1.5", "--priority_exponent=0.6", "--trust_region_threshold=0.3",
-          "--checkpoint_interval_s=1000"]
+# No replay for the first 15K frames, then 1.5 B replayed per update: the ranks switch at
+# the same update (the run's frames are allreduced), or the allreduces would not pair up.
+REPLAY = ["--replay_ratio=1.5", "--initial_replay_ratio=0", "--initial_replay_frames=15000",
+          "--priority_exponent=0.6", "--trust_region_threshold=0.3", "--checkpoint_interval_s=1000"]
 
 
 @pytest.mark.slow
@@ -180,6 +182,10 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
     first.start()
     assert first.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
     assert_ranks_in_sync(first.run_dir)
+    logs = read_csv(first.run_dir / "logs.csv")
+    early = logs[logs["frames"] < 15_000]
+    assert len(early) and (early["replayed_share"] == 0).all()
+    assert logs["replayed_share"].iloc[-1] > 0.5
     saved_frames = last_value(first.run_dir / "learner-0.csv", "frames")
     second = Cluster(tmp_path, "horovod", 60_000, REPLAY)
     second.start()

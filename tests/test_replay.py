@@ -16,6 +16,7 @@ from impala.config import Config, parse_config
 from impala.laser import UnrollReplay, replayed_count
 from impala.replay import ReplayMemory, SumTree
 from impala.rollout import Batch
+from impala.settings import ReplaySchedule
 from impala.transport import FieldSpec
 from impala.unroll import EpisodeStats, Unroll, UnrollLayout
 from tests.helpers import run
@@ -153,6 +154,35 @@ def test_fractional_replay_ratios_alternate_and_average_out():
         assert sum(counts) == math.floor(1000 * ratio * batch)
 
 
+def test_an_initial_replay_ratio_holds_until_its_frames_then_the_ratio_takes_over():
+    schedule = parse_config(["--level_name=CartPole-v1", "--batch_size=4", "--replay_ratio=3",
+                             "--initial_replay_ratio=5", "--initial_replay_frames=1000"]
+                            ).replay_schedule
+    assert [schedule.at(f) for f in (0, 999, 1000, 10**9)] == [5.0, 5.0, 3.0, 3.0]
+    assert schedule.largest == 5.0
+    # Unset (no frames), the initial ratio is ignored, also for the batch's size.
+    unset = parse_config(["--level_name=CartPole-v1", "--replay_ratio=1",
+                          "--initial_replay_ratio=5"])
+    assert unset.replay_schedule.at(0) == 1.0 and unset.max_replayed_per_update == 16
+    # Replay only after a warm-up: off (0) for the first frames, on after.
+    warm = ReplaySchedule(0.0, 500, 2.0)
+    assert (warm.at(499), warm.at(500), warm.largest) == (0.0, 2.0, 2.0)
+    # The batch has room for the larger ratio, and the update takes the ratio of its frames.
+    replay = UnrollReplay(ATARI_LAYOUT, batch_size=2, ratios=ReplaySchedule(2.0, 100, 0.5),
+                          size=10, priority_exponent=0.0, importance_sampling_exponent=0.4,
+                          seed=0)
+    assert replay.max_replayed == 4
+    batches = []
+    for values in ((1, 2), (3, 4)):
+        batches.append(Batch(ATARI_LAYOUT, 2, extra_columns=replay.max_replayed,
+                             keep_stored=True))
+        for v in values:
+            batches[-1].add(Unroll(stored_unroll(ATARI_LAYOUT, v), "a", 0, EpisodeStats([], [])))
+        replay.keep(batches[-1])
+    assert replay.mix_into(batches[0], update=0, frames=99).count == 4
+    assert replay.mix_into(batches[1], update=1, frames=100).count == 1  # floor(2) - floor(1)
+
+
 ATARI_LAYOUT = UnrollLayout(unroll_length=5, observation_shape=(4, 3, 3),
                             observation_dtype="uint8", num_actions=3, core_shapes=(),
                             frame_stack=4)
@@ -168,7 +198,7 @@ def stored_unroll(layout: UnrollLayout, value: int) -> dict[str, np.ndarray]:
 
 
 def test_replayed_unrolls_are_stored_once_per_frame_and_rebuilt_after_the_fresh_ones():
-    replay = UnrollReplay(ATARI_LAYOUT, batch_size=2, ratio=1.5, size=10,
+    replay = UnrollReplay(ATARI_LAYOUT, batch_size=2, ratios=ReplaySchedule.constant(1.5), size=10,
                           priority_exponent=0.0, importance_sampling_exponent=0.4, seed=0)
     assert replay.memory.storage["frames"].shape == (10, 5 + 4, 3, 3)  # T+S frames, not stacks
     assert "observation" not in replay.memory.storage
@@ -180,11 +210,12 @@ def test_replayed_unrolls_are_stored_once_per_frame_and_rebuilt_after_the_fresh_
         return batch
 
     first = fresh_batch([1, 2])
-    part = replay.mix_into(first, update=0)
+    part = replay.mix_into(first, update=0, frames=0)
     assert part.count == 0 and part.columns == 2  # nothing to replay yet
     replay.keep(first)
     second = fresh_batch([3, 4])
-    part = replay.mix_into(second, update=1)  # floor(2 x 1.5 x 2) - floor(1.5 x 2) = 3 -> 2 held
+    # floor(2 x 1.5 x 2) - floor(1.5 x 2) = 3 -> 2 held
+    part = replay.mix_into(second, update=1, frames=0)
     assert part.count == 2 and part.columns == 4
     replayed_rewards = sorted(second.arrays["reward"][0, 2:4].tolist())
     assert replayed_rewards == [1.0, 2.0]
@@ -279,6 +310,11 @@ def test_without_replay_the_loss_is_unchanged_bit_for_bit():
     (["--priority_exponent=1.5"], "--priority_exponent must be in [0, 1]"),
     (["--importance_sampling_exponent=-0.5"], "--importance_sampling_exponent must be in"),
     (["--trust_region_threshold=-1"], "--trust_region_threshold must be >= 0"),
+    (["--initial_replay_ratio=-2"], "--initial_replay_ratio must be >= 0"),
+    (["--initial_replay_frames=-5"], "--initial_replay_frames must be >= 0"),
+    (["--replay_ratio=1", "--initial_replay_ratio=4", "--initial_replay_frames=10",
+      "--batch_size=8", "--replay_size=20"],
+     "ceil(--initial_replay_ratio x --batch_size)) = 32, got 20"),
 ])
 def test_bad_replay_flags_are_refused_with_the_field_named(flags, message):
     with pytest.raises(SystemExit):
@@ -306,8 +342,8 @@ def test_a_bad_replay_flag_stops_a_run_before_anything_starts(tmp_path):
 def test_recurrent_agents_get_each_replayed_unrolls_stored_core_state():
     layout = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
                           num_actions=2, core_shapes=((1, 4), (1, 4)))
-    replay = UnrollReplay(layout, batch_size=2, ratio=1.0, size=4, priority_exponent=0.0,
-                          importance_sampling_exponent=0.0, seed=0)
+    replay = UnrollReplay(layout, batch_size=2, ratios=ReplaySchedule.constant(1.0), size=4,
+                          priority_exponent=0.0, importance_sampling_exponent=0.0, seed=0)
     batch = Batch(layout, 2, extra_columns=replay.max_replayed, keep_stored=True)
     for value in (1.0, 2.0):
         arrays = {name: np.full(spec.shape, value, spec.dtype)
@@ -315,7 +351,7 @@ def test_recurrent_agents_get_each_replayed_unrolls_stored_core_state():
         arrays["action"][:] = arrays["last_action"][:] = 0
         batch.add(Unroll(arrays, "a", 0, EpisodeStats([], [])))
     replay.keep(batch)
-    part = replay.mix_into(batch, update=1)
+    part = replay.mix_into(batch, update=1, frames=0)
     assert part.count == 2
     for name in ("core_0", "core_1"):
         core = batch.tensors[name]  # [L, B + k, H]
