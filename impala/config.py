@@ -202,7 +202,8 @@ class Config:
     replay_ratio: float = _flag(0.0, "replayed unrolls per fresh one in each update (LASER): an "
                                 "update trains on the B fresh unrolls plus replay_ratio x B "
                                 "from the learner's replay (fractional values alternate "
-                                "between the two nearest counts); 0 turns replay off")
+                                "between the two nearest counts); 0 turns replay off. Set alone, "
+                                "it also replaces the preset's --initial_replay_ratio")
     initial_replay_ratio: float = _flag(0.0, "--replay_ratio for the run's first "
                                         "--initial_replay_frames fresh frames (more updates "
                                         "per frame while the policy is poor)")
@@ -410,7 +411,12 @@ class Config:
             level = flags.get("level_name", cls.__dataclass_fields__["level_name"].default)
             algorithm = flags.get("algorithm", cls.__dataclass_fields__["algorithm"].default)
             preset = PRESET_OF[(algorithm, env_family(level))]
-        return cls(**{**preset_defaults(preset), **flags, "preset": preset})
+        defaults = preset_defaults(preset)
+        if "replay_ratio" in flags and not INITIAL_REPLAY_FLAGS & flags.keys():
+            # A ratio the user sets holds from the first frame: `--replay_ratio=0` must turn
+            # replay off, not leave the preset's initial phase running.
+            defaults.update(initial_replay_ratio=0.0, initial_replay_frames=0)
+        return cls(**{**defaults, **flags, "preset": preset})
 
     def to_argv(self, **overrides: Any) -> list[str]:
         """The flags of this Config as `--name=value` for a child process's command line:
@@ -420,6 +426,9 @@ class Config:
         return [f"--preset={values['preset']}"] + [
             f"--{name}={value}" for name, value in values.items()
             if name != "preset" and value != defaults[name]]
+
+
+INITIAL_REPLAY_FLAGS = {"initial_replay_ratio", "initial_replay_frames"}
 
 
 def parse_host_port(text: str) -> tuple[str, int]:

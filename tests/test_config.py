@@ -1,5 +1,6 @@
 """Flags: the original command lines parse; bad values name the flag."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,20 @@ def test_a_flag_the_user_sets_beats_the_preset_in_every_process():
     assert cfg.batch_size == 32 and cfg.agent_name == "MLPAgent"
     child = parse_config(cfg.to_argv(job_name="actor", task=3))
     assert child.batch_size == 32 and child.task == 3 and child.preset == "classic"
+
+
+def test_a_replay_ratio_set_alone_holds_from_the_first_frame():
+    # The atari preset replays more for its first frames; --replay_ratio=0 must still mean off.
+    assert PRESETS["atari"]["initial_replay_frames"] > 0
+    for ratio in (0.0, 2.0):
+        cfg = parse_config(["--level_name=PongNoFrameskip-v4", f"--replay_ratio={ratio}"])
+        assert cfg.replay_schedule.at(0) == cfg.replay_schedule.largest == ratio
+        child = parse_config(cfg.to_argv(job_name="actor"))
+        assert child == dataclasses.replace(cfg, job_name="actor")
+    # Set together, the user's initial phase is kept.
+    both = parse_config(["--level_name=PongNoFrameskip-v4", "--replay_ratio=1",
+                         "--initial_replay_frames=1000"])
+    assert both.replay_schedule.at(0) == PRESETS["atari"]["initial_replay_ratio"]
 
 
 def test_preset_none_gives_the_paper_settings():
