@@ -82,9 +82,12 @@ def test_a_flag_the_user_sets_beats_the_preset_in_every_process():
     assert child.batch_size == 32 and child.task == 3 and child.preset == "classic"
 
 
-def test_a_replay_ratio_set_alone_holds_from_the_first_frame():
-    # The atari preset replays more for its first frames; --replay_ratio=0 must still mean off.
-    assert PRESETS["atari"]["initial_replay_frames"] > 0
+def test_a_replay_ratio_set_alone_holds_from_the_first_frame(monkeypatch):
+    # A preset that replays more over its first frames (the atari preset did, runs AE/AF):
+    # --replay_ratio=0 must still mean off from the first frame, in every process.
+    monkeypatch.setitem(PRESETS["atari"], "initial_replay_ratio", 5.0)
+    monkeypatch.setitem(PRESETS["atari"], "initial_replay_frames", 2_000_000)
+    assert parse_config(["--level_name=PongNoFrameskip-v4"]).replay_schedule.at(0) == 5.0
     for ratio in (0.0, 2.0):
         cfg = parse_config(["--level_name=PongNoFrameskip-v4", f"--replay_ratio={ratio}"])
         assert cfg.replay_schedule.at(0) == cfg.replay_schedule.largest == ratio
@@ -93,7 +96,7 @@ def test_a_replay_ratio_set_alone_holds_from_the_first_frame():
     # Set together, the user's initial phase is kept.
     both = parse_config(["--level_name=PongNoFrameskip-v4", "--replay_ratio=1",
                          "--initial_replay_frames=1000"])
-    assert both.replay_schedule.at(0) == PRESETS["atari"]["initial_replay_ratio"]
+    assert both.replay_schedule.at(0) == 5.0
 
 
 def test_preset_none_gives_the_paper_settings():
