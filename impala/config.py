@@ -199,8 +199,8 @@ class Config:
     replay_ratio: float = _flag(0.0, "replayed unrolls per fresh one in each update (LASER): an "
                                 "update trains on the B fresh unrolls plus replay_ratio x B "
                                 "from the learner's replay (fractional values alternate "
-                                "between the two nearest counts); 0 turns replay off. Set alone, "
-                                "it also replaces the preset's --initial_replay_ratio")
+                                "between the two nearest counts); 0 turns replay off. Set without "
+                                "--initial_replay_*, it holds from the first frame")
     initial_replay_ratio: float = _flag(0.0, "--replay_ratio for the run's first "
                                         "--initial_replay_frames fresh frames (more updates "
                                         "per frame while the policy is poor)")
