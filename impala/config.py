@@ -45,14 +45,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ~6M, and 4x the rate kills the conv torso. Held for 80% of the budget, then annealed:
     # a high rate lifts a late-rising seed, a low one settles a risen policy.
     # Record: sandbox/pong_curve.md ("Step sizes", "Dead torso", "Pong with the defaults").
-    # LASER replay, 3 replayed unrolls per fresh one from the last ~375 updates (3,000):
-    # Pong's +18 at 4.96-5.4M frames on 3 seeds, against 7.5M-10M+ at r = 1 and 8.7-17M
-    # without replay. Record: sandbox/replay.md ("Pong, r = 3", "Seeds 1 and 3").
+    # LASER replay from the last ~375 updates (3,000 unrolls), 4 replayed per fresh one for
+    # the first 2M frames (the policy is poor and moves little), then 3: a constant 4 or 5
+    # slows the end. Pong's +18 at 3.83M frames on seed 2 (4.97M at a constant 3, never by
+    # 5.79M with 5-then-3). Record: sandbox/replay.md ("4 then 3").
     "atari": {
         "batch_size": 8,
         "learning_rate": 0.0012,
         "lr_hold_fraction": 0.8,
         "total_environment_frames": 20_000_000,
+        "initial_replay_ratio": 4.0,
+        "initial_replay_frames": 2_000_000,
         "replay_ratio": 3.0,
         "replay_size": 3000,
         "priority_exponent": 0.6,

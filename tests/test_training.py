@@ -40,6 +40,9 @@ REPLAY_FLAGS = [f"--{name}={PRESETS['atari'][name]}"
                 for name in ("replay_ratio", "replay_size", "priority_exponent",
                              "trust_region_threshold")]
 REPLAYED_SHARE = PRESETS["atari"]["replay_ratio"] / (1 + PRESETS["atari"]["replay_ratio"])
+# The atari preset's share over its first --initial_replay_frames (all of a test's frames).
+INITIAL_REPLAYED_SHARE = (PRESETS["atari"]["initial_replay_ratio"]
+                          / (1 + PRESETS["atari"]["initial_replay_ratio"]))
 
 
 class CartPoleRun(NamedTuple):
@@ -157,7 +160,8 @@ def test_prioritized_replay_learns_through_the_atari_data_path(tmp_path):
     run_dir = cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5)
     logs = read_csv(run_dir / "logs.csv")
     last = logs.iloc[-1]
-    assert last["replayed_share"] == REPLAYED_SHARE and 0 < last["replay_fill"] <= 1
+    assert last["frames"] < PRESETS["atari"]["initial_replay_frames"]
+    assert last["replayed_share"] == INITIAL_REPLAYED_SHARE and 0 < last["replay_fill"] <= 1
     assert last["replay_age"] >= 1 and 0 <= last["trust_region_masked"] <= 1
     replay_size = PRESETS["atari"]["replay_size"]
     assert f"replay: {replay_size} unrolls x" in (run_dir / "learner-0.log").read_text()
