@@ -8,6 +8,7 @@ niceness 19, so it takes only CPU that training leaves) and the learner once mor
   impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
   impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames
                                                         # and vs wall time
+  impala-curves sandbox/curves/a.csv RUN_DIR --out=compare.png  # kept episodes files too
 Only matplotlib's Agg backend is used: no display is needed.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from impala.logs import EPISODE_COLUMNS
 from impala.process import lower_priority
 
 log = logging.getLogger("curves")
@@ -121,19 +123,22 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     return _save(figure, out or run_dir / CURVE_NAME)
 
 
-def overlay(run_dirs: list[Path], out: Path) -> Path:
-    """Running mean return of several runs against frames and against wall time."""
+def overlay(sources: list[Path], out: Path) -> Path:
+    """Running mean return of several runs against frames and against wall time.
+
+    A source is a run directory or an episodes CSV kept from one (`sandbox/curves/`); a
+    CSV's minutes count from its first episode, and a stop inside it is not left out.
+    """
     figure, axes = _figure(1, 2, (12, 4.5))
-    for run_dir in run_dirs:
-        episodes = episodes_of(run_dir)
-        logs = read_csv(run_dir / "logs.csv")
-        if episodes is None or logs is None:
-            log.warning("%s: no episodes or log rows yet; left out", run_dir)
+    for source in sources:
+        episodes, minutes = _episodes_and_minutes(source)
+        if episodes is None:
+            log.warning("%s: no episodes or log rows yet; left out", source)
             continue
         mean = running_return(episodes)
-        axes[0, 0].plot(episodes["frames"] / 1e6, mean, label=run_dir.name)
-        axes[0, 1].plot(running_minutes(logs, episodes["time"]), mean,
-                        label=run_dir.name)
+        label = source.stem if source.is_file() else source.name
+        axes[0, 0].plot(episodes["frames"] / 1e6, mean, label=label)
+        axes[0, 1].plot(minutes, mean, label=label)
     for ax, xlabel in zip(axes.flat, ("frames (millions)", "wall time (minutes)"),
                           strict=True):
         ax.set_xlabel(xlabel)
@@ -141,6 +146,21 @@ def overlay(run_dirs: list[Path], out: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _save(figure, out)
+
+
+def _episodes_and_minutes(source: Path) -> tuple[pd.DataFrame | None, np.ndarray]:
+    """A source's episodes in order of frames, and the minutes it had trained at each."""
+    if source.is_file():
+        episodes = read_csv(source)
+        if episodes is None:
+            return None, np.empty(0)
+        episodes = episodes.sort_values("frames", kind="stable").reset_index(drop=True)
+        return episodes, (episodes["time"] - episodes["time"].min()).to_numpy() / 60
+    episodes = episodes_of(source)
+    logs = read_csv(source / "logs.csv")
+    if episodes is None or logs is None:
+        return None, np.empty(0)
+    return episodes, running_minutes(logs, episodes["time"])
 
 
 def _save(figure, out: Path) -> Path:
@@ -217,10 +237,20 @@ class CurvePlotter:
         draw(self.run_dir)
 
 
+def _is_episodes_csv(path: Path) -> bool:
+    """A file whose header is the learner's episodes-<r>.csv header."""
+    if not path.is_file():
+        return False
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+    return header == EPISODE_COLUMNS
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="impala-curves", description="Draw a run's curve.png, or overlay several runs.")
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories")
+    parser.add_argument("run_dirs", nargs="+", type=Path,
+                        help="run directories (with --out, also episodes CSV files)")
     parser.add_argument("--out", type=Path, help="overlay the runs into this PNG")
     parser.add_argument("--watch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)
@@ -230,12 +260,17 @@ def main(argv: list[str] | None = None) -> int:
         idle_priority()
         watch(args.run_dirs[0], args.parent, max_cpu_share=args.max_cpu_share)
         return 0
+    if args.out is not None:
+        wrong = [str(p) for p in args.run_dirs
+                 if not ((p / "logs.csv").exists() or _is_episodes_csv(p))]
+        if wrong:
+            parser.error("neither a run directory (no logs.csv) nor an episodes CSV (columns "
+                         f"{', '.join(EPISODE_COLUMNS)}): {', '.join(wrong)}")
+        print(overlay(args.run_dirs, args.out))
+        return 0
     missing = [str(d) for d in args.run_dirs if not (d / "logs.csv").exists()]
     if missing:
         parser.error(f"not a run directory (no logs.csv): {', '.join(missing)}")
-    if args.out is not None:
-        print(overlay(args.run_dirs, args.out))
-        return 0
     for run_dir in args.run_dirs:
         print(plot_run(run_dir))
     return 0

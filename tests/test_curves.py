@@ -118,3 +118,21 @@ def test_the_command_names_a_directory_that_is_not_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path)])
     assert f"not a run directory (no logs.csv): {tmp_path}" in capsys.readouterr().err
+
+
+def test_kept_episodes_files_are_overlaid_beside_run_directories(tmp_path, capsys):
+    """sandbox/curves/ keeps only episodes CSVs; they overlay with minutes from their start."""
+    run = fake_run(tmp_path / "run", rows=20, start_return=-21)
+    kept = tmp_path / "pong_X_episodes.csv"
+    kept.write_text((fake_run(tmp_path / "old", rows=20, start_return=-5)
+                     / "episodes-0.csv").read_text())
+    out = tmp_path / "compare.png"
+    assert main([str(kept), str(run), f"--out={out}"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    png_size(out)
+    not_episodes = tmp_path / "other.csv"
+    not_episodes.write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit):
+        main([str(not_episodes), f"--out={out}"])
+    assert f"nor an episodes CSV (columns time, frames, episode_return, episode_length): " \
+           f"{not_episodes}" in capsys.readouterr().err
