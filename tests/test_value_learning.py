@@ -7,7 +7,15 @@ import re
 
 import pytest
 
-from tests.helpers import assert_stopped_at_the_target, free_port, read_csv, run
+from impala.config import PRESETS
+from tests.helpers import (
+    CARTPOLE_ATTEMPTS,
+    assert_stopped_at_the_target,
+    free_port,
+    progress,
+    read_csv,
+    run,
+)
 
 RECALL_BUDGET = 60_000  # R2D2 with its preset learned Recall by ~35K frames (sandbox/value.md)
 # Ape-X on Recall as favourably as possible: R2D2's settings, minus the recurrence.
@@ -32,21 +40,32 @@ def greedy_mean_return(tmp_path, flags: list[str], episodes: int) -> float:
 
 @pytest.mark.slow
 def test_apex_learns_cartpole_with_its_defaults(tmp_path):
-    """The apex_classic preset learns CartPole within its 500K frames: the actors' mean
-    return over 100 episodes (epsilon-greedy, down to epsilon 0.4 in one environment)
-    reaches 475, where --target_return stops the run, and the greedy policy then scores
-    far above a constant action's ~9 and a random policy's ~22. sandbox/value.md has the
-    runs to the full budget (a greedy 500 on seeds 1-3)."""
+    """The apex_classic preset learns CartPole within its 500K frames (in one of
+    CARTPOLE_ATTEMPTS): the actors' mean return over 100 episodes (epsilon-greedy, down to
+    epsilon 0.4 in one environment) reaches 475, where --target_return stops the run, and
+    the greedy policy then scores far above a constant action's ~9 and a random policy's
+    ~22. sandbox/value.md has the runs to the full budget (a greedy 500 on seeds 1-3) and
+    the spread of frames at 475 (212K-449K in 12 of 14 runs)."""
     flags = ["--algorithm=apex", "--level_name=CartPole-v1"]
-    train(tmp_path, [*flags, "--target_return=475"], timeout=900)
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
-    assert_stopped_at_the_target(run_dir, 475, 500_000)
+    budget = PRESETS["apex_classic"]["total_environment_frames"]
+    misses = []
+    for attempt in range(CARTPOLE_ATTEMPTS):
+        attempt_dir = tmp_path / f"attempt-{attempt}"
+        train(attempt_dir, [*flags, "--target_return=475"], timeout=900)
+        run_dir = attempt_dir / "CartPole-v1_MLPAgent"
+        if "reached --target_return" in (run_dir / "learner-0.log").read_text():
+            break
+        misses.append(progress(run_dir))
+    else:
+        pytest.fail(f"Ape-X did not reach 475 on CartPole within {budget} frames in "
+                    f"{CARTPOLE_ATTEMPTS} runs: " + "; ".join(misses))
+    assert_stopped_at_the_target(run_dir, 475, budget)
     logs = read_csv(run_dir / "logs.csv")
     last = logs.iloc[-1]
     assert last["replay_fill"] > 0
     assert last["replayed_share"] == 0.8  # 4 replayed per fresh unroll
     assert logs["td_error"].notna().all() and logs["q_value"].iloc[-1] > 10
-    assert greedy_mean_return(tmp_path, flags, 100) >= 250
+    assert greedy_mean_return(attempt_dir, flags, 100) >= 250
 
 
 @pytest.mark.slow
