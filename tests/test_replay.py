@@ -289,6 +289,21 @@ def test_replay_weights_and_mask_scale_each_unroll_and_fresh_data_alone_gives_th
                                [s.unroll_errors.item() for s in alone], rtol=1e-5)
 
 
+def test_the_entropy_bonus_of_the_fresh_unrolls_weighs_as_if_over_the_whole_batch():
+    """With one fresh column of three, the bonus is that column's entropy times 3: as
+    strong against the policy gradient (summed over all columns) as without replay."""
+    logits, baseline, behaviour, actions, rewards, done = loss_inputs(seed=2)
+    replayed = torch.tensor([False, True, True])
+
+    def total(entropy_cost: float) -> float:
+        settings = losses.LossSettings(entropy_cost=entropy_cost)
+        return losses.impala_loss(logits, baseline, behaviour, actions, rewards, done,
+                                  settings, replayed=replayed).total_loss.item()
+
+    fresh_neg_entropy = losses.entropy_loss(logits[:-1, [0]]).item()
+    assert total(0.5) - total(0.0) == pytest.approx(0.5 * 3 * fresh_neg_entropy, rel=1e-5)
+
+
 def test_without_replay_the_loss_is_unchanged_bit_for_bit():
     inputs = loss_inputs(seed=1)
     settings = losses.LossSettings()
