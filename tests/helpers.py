@@ -11,9 +11,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = str(ROOT / "experiment.py")
@@ -29,6 +31,25 @@ CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_in
 # attempts keep a ~1-in-10 miss from failing CI (~1 in 1,000 fails all three); a break of
 # learning still fails every one, and an attempt is made only after a miss.
 CARTPOLE_ATTEMPTS = 3
+
+Result = TypeVar("Result")
+
+
+def first_solved_attempt(tmp_path: Path, attempt: Callable[[Path], tuple[Result, str | None]],
+                         failure: str) -> Result:
+    """Runs `attempt` in a new tmp_path/attempt-<k> until it solves its task, up to
+    CARTPOLE_ATTEMPTS times, and returns that attempt's result. `attempt` returns (result,
+    miss): miss says how the run fell short, or is None when it solved the task. When every
+    attempt misses, fails with `failure` and each miss."""
+    misses = []
+    for k in range(CARTPOLE_ATTEMPTS):
+        attempt_dir = tmp_path / f"attempt-{k}"
+        attempt_dir.mkdir(parents=True)
+        result, miss = attempt(attempt_dir)
+        if miss is None:
+            return result
+        misses.append(miss)
+    pytest.fail(f"{failure} in {CARTPOLE_ATTEMPTS} runs: " + "; ".join(misses))
 
 
 def free_port() -> int:

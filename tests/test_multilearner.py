@@ -6,17 +6,19 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from tests.helpers import (
-    CARTPOLE_ATTEMPTS,
     CARTPOLE_FLAGS,
     ROOT,
     assert_ranks_in_sync,
     assert_stopped_at_the_target,
     dealer_to,
+    first_solved_attempt,
     free_port,
     last_value,
     read_csv,
@@ -138,10 +140,8 @@ def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
     within 500K frames (in one of CARTPOLE_ATTEMPTS), and --target_return stops both on the
     same update when they do. Every attempt must keep the ranks in sync."""
     budget = 500_000
-    misses = []
-    for attempt in range(CARTPOLE_ATTEMPTS):
-        attempt_dir = tmp_path / f"attempt-{attempt}"
-        attempt_dir.mkdir()
+
+    def attempt(attempt_dir: Path) -> tuple[tuple[Cluster, pd.DataFrame], str | None]:
         cluster = Cluster(attempt_dir, backend, budget, ["--target_return=475"])
         cluster.start()
         code = cluster.wait(timeout=600)
@@ -149,12 +149,12 @@ def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
         merged = assert_ranks_in_sync(cluster.run_dir)
         assert merged["local_frames_0"].sum() > 0 and merged["local_frames_1"].sum() > 0
         if "reached --target_return" in (cluster.run_dir / "learner-0.log").read_text():
-            break
+            return (cluster, merged), None
         best = read_csv(cluster.run_dir / "logs.csv")["mean_episode_return"].max()
-        misses.append(f"best logged mean return {best:.1f}")
-    else:
-        pytest.fail(f"CartPole not solved by two learners within {budget} frames in "
-                    f"{CARTPOLE_ATTEMPTS} runs: " + "; ".join(misses))
+        return (cluster, merged), f"best logged mean return {best:.1f}"
+
+    cluster, merged = first_solved_attempt(
+        tmp_path, attempt, f"CartPole not solved by two learners within {budget} frames")
     stopped_at = assert_stopped_at_the_target(cluster.run_dir, 475, budget, ranks=2)
     assert merged["frames_0"].iloc[-1] == stopped_at  # both ranks' last row: that update
     learner_log = (cluster.run_dir / "learner-0.log").read_text()
