@@ -167,8 +167,11 @@ def test_two_learners_stay_in_sync_and_learn_cartpole(tmp_path, backend):
 
 # No replay for the first 15K frames, then 1.5 B replayed per update: the ranks switch at
 # the same update (the run's frames are allreduced), or the allreduces would not pair up.
+# A row every update or so: on a fast machine (CI, 2026-11-25) the first 15,000 frames took
+# under a second, so at one row a second logs.csv had no row from before replay began.
 REPLAY = ["--replay_ratio=1.5", "--initial_replay_ratio=0", "--initial_replay_frames=15000",
-          "--priority_exponent=0.6", "--trust_region_threshold=0.3", "--checkpoint_interval_s=1000"]
+          "--priority_exponent=0.6", "--trust_region_threshold=0.3", "--checkpoint_interval_s=1000",
+          "--log_interval_s=0.02"]
 
 
 @pytest.mark.slow

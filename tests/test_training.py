@@ -364,10 +364,9 @@ def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
     assert (run_dir / "video.mp4").stat().st_size > 10_000
 
 
-
-
 def test_a_run_with_replay_resumes_and_refills_its_replay_from_new_unrolls(tmp_path):
-    common = [*CARTPOLE_FLAGS, *REPLAY_FLAGS, "--log_interval_s=1", f"--logdir={tmp_path}"]
+    # Rows every update or so, so the resumed run's first row comes before its refill.
+    common = [*CARTPOLE_FLAGS, *REPLAY_FLAGS, "--log_interval_s=0.02", f"--logdir={tmp_path}"]
     first = run(["--job_name=local", *common, "--total_environment_frames=20000",
                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
