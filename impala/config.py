@@ -49,8 +49,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the first 2M frames (the policy is poor and moves little), then 3: a constant 4 or 5
     # slows the end. Pong's +18 at 3.83M frames on seed 2 (4.97M at a constant 3, never by
     # 5.79M with 5-then-3), 4.93M on seed 3 (4.96M) and 3.66M and 5.43M on seed 1 in two
-    # runs of one command (~5.4M); within 5M in 4 runs of 7 in all, the misses stalled.
-    # Record: sandbox/replay.md ("4 then 3", "The entropy bonus at its on-policy weight").
+    # runs of one command (~5.4M); within 5M in 5 runs of 9 in all (one run of two on each
+    # seed with today's loss). Record: sandbox/replay.md ("4 then 3", "The preset repeated").
     "atari": {
         "batch_size": 8,
         "learning_rate": 0.0012,
