@@ -121,8 +121,8 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
 
 
 def learner_update(model: Agent, optimizer: torch.optim.Optimizer, learning: Learning,
-                   batch: Batch, replay: UnrollReplay, ratio: float, max_grad_norm: float
-                   ) -> Callable[[int], None]:
+                   batch: Batch, replay: UnrollReplay, ratio: float, max_grad_norm: float,
+                   frames_per_update: int = 0) -> Callable[[int], None]:
     """One learner update as learner.Learner.step makes it: the fresh batch plus (ratio > 0)
     replayed unrolls, the step, the algorithm's after-update work, priorities, and the
     weights encoded for the actors. Called with the update's number."""
@@ -137,7 +137,8 @@ def learner_update(model: Agent, optimizer: torch.optim.Optimizer, learning: Lea
             tensors = batch.columns(batch.size)
         core = tuple(t.contiguous() for t in core_state(tensors))
         stats = learn_step(model, optimizer, backend, tensors, core, learning, max_grad_norm)
-        learning.after_update(model, number + 1)
+        learning.after_update(model, number * frames_per_update,
+                              (number + 1) * frames_per_update)
         if ratio > 0:
             replay.update_priorities(part, stats["unroll_errors"])
         encode("weights", "learner-0", weights_arrays(model), version=1)
@@ -190,8 +191,9 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float,
                           max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent, seed=0)
     batch = filled_replay(layout, B, replay, algo.head_field)
+    fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
     update = learner_update(model, optimizer, algo.learner(model), batch, replay, ratio,
-                            cfg.gradients_clipping)
+                            cfg.gradients_clipping, fresh_frames)
     updates, wall, cpu = timed(update, seconds)
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)

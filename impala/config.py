@@ -90,7 +90,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "replay_size": 4000,
         "priority_exponent": 0.6,
         "importance_sampling_exponent": 0.4,
-        "target_update_interval": 50,
+        "target_update_frames": 1_600,
         "reward_clipping": "none",
         "total_environment_frames": 500_000,
     },
@@ -98,16 +98,31 @@ PRESETS: dict[str, dict[str, Any]] = {
     # per update (the paper: 512), a target copy every 2500 updates, rewards clipped.
     "apex_atari": {
         "algorithm": "apex",
-        "batch_size": 8,
-        "learning_rate": 0.0001,
+        "batch_size": 4,
+        "learning_rate": 0.00025,
         "decay": 0.95,
         "epsilon": 1e-6,
         "replay_ratio": 3.0,
         "replay_size": 10_000,
         "priority_exponent": 0.6,
         "importance_sampling_exponent": 0.4,
-        "target_update_interval": 2500,
+        "target_update_frames": 32_000,
+        "lr_hold_fraction": 1.0,
         "total_environment_frames": 10_000_000,
+    },
+    "apex_image": {
+        "algorithm": "apex",
+        "batch_size": 4,
+        "learning_rate": 0.00025,
+        "decay": 0.95,
+        "epsilon": 1e-6,
+        "replay_ratio": 3.0,
+        "replay_size": 10_000,
+        "priority_exponent": 0.6,
+        "importance_sampling_exponent": 0.4,
+        "target_update_frames": 2_880,
+        "lr_hold_fraction": 1.0,
+        "total_environment_frames": 500_000,
     },
     # R2D2: 80-step sequences (40 burn-in, 40 trained, the next starting 40 steps later),
     # n = 5, gamma 0.997, value rescaling instead of clipping, alpha 0.9, beta 0.6. RMSProp
@@ -130,19 +145,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "replay_size": 1000,
         "priority_exponent": 0.9,
         "importance_sampling_exponent": 0.6,
-        "target_update_interval": 50,
+        "target_update_frames": target_frames,
         "reward_clipping": "none",
         "total_environment_frames": frames,
-    } for family, agent, frames in (("classic", "MLPLSTMAgent", 500_000),
-                                    ("image", "MLPLSTMAgent", 500_000),
-                                    ("atari", "ResNetLSTMAgent", 10_000_000))},
+    } for family, agent, frames, target_frames in (("classic", "MLPLSTMAgent", 500_000, 4_000),
+                                    ("image", "MLPLSTMAgent", 500_000, 4_000),
+                                    ("atari", "ResNetLSTMAgent", 10_000_000, 16_000))},
     "none": {},
 }
 # The preset `--preset=auto` picks, by algorithm and environment family (envs.env_family).
 PRESET_OF = {
     ("impala", "atari"): "atari", ("impala", "image"): "atari",
     ("impala", "classic"): "classic",
-    ("apex", "atari"): "apex_atari", ("apex", "image"): "apex_atari",
+    ("apex", "atari"): "apex_atari", ("apex", "image"): "apex_image",
     ("apex", "classic"): "apex_classic",
     ("r2d2", "atari"): "r2d2_atari", ("r2d2", "image"): "r2d2_image",
     ("r2d2", "classic"): "r2d2_classic",
@@ -225,8 +240,9 @@ class Config:
     burn_in: int = _flag(0, "apex/r2d2: steps at the start of each unroll that only warm the "
                          "recurrent state up (no gradient); unrolls then overlap by "
                          "max(burn_in + 1, n_step) steps")
-    target_update_interval: int = _flag(2500, "apex/r2d2: updates between copies of the "
-                                        "online network into the target network")
+    target_update_frames: int = _flag(32_000, "apex/r2d2: frames (over all learners) between "
+                                      "copies of the online network into the target "
+                                      "network; every rank copies on the same update")
     actor_epsilon: float = _flag(0.4, "apex/r2d2: environment i of N explores with epsilon "
                                  "actor_epsilon^(1 + actor_epsilon_alpha i / (N - 1))")
     actor_epsilon_alpha: float = _flag(7.0, "apex/r2d2: see --actor_epsilon")
@@ -327,8 +343,8 @@ class Config:
             yield f"--n_step must be >= 1, got {self.n_step}"
         if self.burn_in < 0:
             yield f"--burn_in must be >= 0, got {self.burn_in}"
-        if self.target_update_interval < 1:
-            yield f"--target_update_interval must be >= 1, got {self.target_update_interval}"
+        if self.target_update_frames < 1:
+            yield f"--target_update_frames must be >= 1, got {self.target_update_frames}"
         if not 0.0 <= self.actor_epsilon <= 1.0:
             yield f"--actor_epsilon must be in [0, 1], got {self.actor_epsilon}"
         if self.algorithm != "impala" and self.n_step >= 1 and self.burn_in >= 0:
@@ -344,7 +360,7 @@ class Config:
         rescaling and priority mix (algorithms/apex.py, r2d2.py)."""
         return ValueSettings(discounting=self.discounting, n_step=self.n_step,
                              burn_in=self.burn_in, reward_clipping=self.reward_clipping,
-                             target_update_interval=self.target_update_interval)
+                             target_update_frames=self.target_update_frames)
 
     def exploring_envs(self) -> tuple[int, int]:
         """(first, total): this actor's first environment among the run's, and how many
@@ -432,6 +448,17 @@ class Config:
 
 INITIAL_REPLAY_FLAGS = {"initial_replay_ratio", "initial_replay_frames"}
 
+# Flags that are gone, each with what replaced it: an old command line fails with this
+# message rather than argparse's bare "unrecognized arguments".
+RETIRED_FLAGS = {
+    "target_update_interval": (
+        "--target_update_interval (updates between target copies) was replaced by "
+        "--target_update_frames (frames over all learners between copies), so that the "
+        "period does not change with --batch_size, --unroll_length or the number of "
+        "learners; one learner's update brings batch_size x (unroll_length + 1 - overlap) "
+        "x num_action_repeats frames"),
+}
+
 
 def parse_host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
@@ -465,9 +492,15 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             f"--{f.name}", type=kind, default=None, choices=f.metadata["choices"],
             help=f"{f.metadata['help']} ({_default_help(f.name, default)})",
         )
+    for name in RETIRED_FLAGS:
+        parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
 
 
 def config_from_namespace(namespace: argparse.Namespace) -> Config:
+    retired = [message for name, message in RETIRED_FLAGS.items()
+               if getattr(namespace, name, None) is not None]
+    if retired:
+        raise ValueError("\n  ".join(retired))
     names = {f.name for f in dataclasses.fields(Config)}
     return Config.from_flags({k: v for k, v in vars(namespace).items()
                               if k in names and v is not None})

@@ -250,7 +250,7 @@ class Learner:
                 if batch is not None:
                     batches.release(batch)
                 return "stopped"
-            stats = self.step(batch)
+            stats = self.step(batch, self.counters.frames + int(control.frames))
             interval.lags.append(self.counters.updates - float(np.mean(batch.policy_versions)))
             logs.episodes(self.counters.frames, batch.episodes.returns, batch.episodes.lengths)
             batches.release(batch)
@@ -304,7 +304,7 @@ class Learner:
             mine.log_now, mine.checkpoint_now = float(log_now), float(checkpoint_now)
         return Control.from_array(self.backend.allreduce_sum(mine.to_array()))
 
-    def step(self, batch: Batch) -> dict[str, float]:
+    def step(self, batch: Batch, frames_after: int) -> dict[str, float]:
         """One update (`--passes` optimizer steps) at the scheduled learning rate (held for
         `--lr_hold_fraction` of the frame budget, then annealed linearly to 0) on the
         batch's fresh unrolls and, with replay, replayed ones; returns the last step's
@@ -328,7 +328,7 @@ class Learner:
             stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
                                self.learning, cfg.gradients_clipping)
             skipped = max(skipped, stats["skipped"])
-        self.learning.after_update(self.model, self.counters.updates + 1)
+        self.learning.after_update(self.model, self.counters.frames, frames_after)
         unroll_errors = stats.pop("unroll_errors")
         if self.replay is not None:
             self.replay.update_priorities(part, unroll_errors)

@@ -57,7 +57,7 @@ class ValueSettings:
     reward_clipping: str = "abs_one"
     rescaled: bool = False  # R2D2's invertible value rescaling h instead of clipping
     priority_eta: float = 0.0  # priority = eta max|delta| + (1 - eta) mean|delta|
-    target_update_interval: int = 2500  # updates between target-network copies
+    target_update_frames: int = 32_000  # frames (all learners) between target-network copies
 
     @property
     def overlap(self) -> int:

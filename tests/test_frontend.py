@@ -221,13 +221,14 @@ def test_local_cluster_from_the_original_csv(tmp_path):
 def test_foreground_run_ends_by_itself_at_the_budget(tmp_path):
     """R2D2 from the original CSV (2 learners, 3 actors): the run ends at its budget, and
     the two learners, each replaying its own actors' sequences with their priorities and
-    copying their target networks every 5 updates, stayed bit-identical."""
+    copying their target networks every 3,200 frames (5 updates of 2 x 8 x 40), stayed
+    bit-identical."""
     session = "impala-test-fg"
     result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", f"--tmux_sess={session}",
                       f"--logdir={tmp_path}", "--total_environment_frames=20000",
                       "--summary_interval_s=2", "--force", *CARTPOLE, "--algorithm=r2d2",
                       "--agent_name=MLPLSTMAgent", "--replay_ratio=1",
-                      "--target_update_interval=5", timeout=300)
+                      "--target_update_frames=3200", timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "actors alive 3/3" in result.stdout
     assert "learners ended" in result.stdout
@@ -304,7 +305,8 @@ def test_preflight_reports_unreachable_hosts_and_wrong_passwords(tmp_path, netwo
 def test_multi_host_cluster_over_ssh(tmp_path, network):
     """Ape-X on two learners on two namespace hosts under one mpirun, two actors on a third,
     all started over SSH: the ranks, each replaying its own actors' unrolls and copying its
-    target network every 5 updates, stay bit-identical; --stop leaves nothing in any host."""
+    target network every 640 frames (5 updates of 2 x 8 x 8), stay bit-identical; --stop
+    leaves nothing in any host."""
     a, b, c = (h.address for h in network.hosts)
     path = tmp_path / "hosts.csv"
     path.write_text(HEADER + f"learner,{a},8001,,,,\nlearner,{b},8001,,,,\n"
@@ -314,7 +316,7 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
     flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}", f"--logdir={tmp_path}",
              f"--ssh_config={network.ssh_config}", f"--mpi_iface={SUBNET}.0/24",
              "--total_environment_frames=100000000", *CARTPOLE, "--algorithm=apex",
-             "--target_update_interval=5"]
+             "--target_update_frames=640"]
     started = frontend(*flags, "--detach", "--force", timeout=180)
     assert started.returncode == 0, started.stdout + started.stderr
     assert "checking 3 remote host(s)" in started.stdout
@@ -364,7 +366,7 @@ def test_password_login_actor_is_started_and_stopped_through_the_relay(tmp_path,
     flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}",
              f"--logdir={tmp_path / 'runs'}", f"--ssh_config={network.ssh_config}",
              "--total_environment_frames=100000000", *CARTPOLE, "--algorithm=apex",
-             "--target_update_interval=5"]
+             "--target_update_frames=640"]
     started = frontend(*flags, "--detach", "--force", timeout=180)
     assert started.returncode == 0, started.stdout + started.stderr
     try:

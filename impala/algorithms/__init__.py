@@ -85,8 +85,9 @@ class Learning:
         `importance_weight` and `replayed`, [B])."""
         raise NotImplementedError
 
-    def after_update(self, model: Agent, updates: int) -> None:
-        """Called on every rank after update number `updates` was applied."""
+    def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
+        """Called on every rank after each update, with the run's frames (over all ranks,
+        so every rank sees the same numbers) before and after it."""
 
 
 def build_algorithm(cfg: Config) -> Algorithm:

@@ -90,8 +90,10 @@ def _time_major(array: np.ndarray) -> torch.Tensor:
 
 class ValueLearning(Learning):
     """The learner's half: the online network is the model the runtime trains; this keeps
-    the target network (a copy, refreshed every `target_update_interval` updates on every
-    rank alike, so ranks stay bit-identical)."""
+    the target network, a copy refreshed each time the run's frames pass a multiple of
+    `target_update_frames`. Counted in frames, not updates, so the period means the same
+    whatever the batch, the unroll length or the number of learners; the frames are
+    global, so every rank copies on the same update and ranks stay bit-identical."""
 
     def __init__(self, algorithm: ValueBased, model: Agent) -> None:
         self.algorithm = algorithm
@@ -136,6 +138,7 @@ class ValueLearning(Learning):
             q = qlearning.dueling_q(output.baseline, output.policy_logits)
         return q, output.features.detach()
 
-    def after_update(self, model: Agent, updates: int) -> None:
-        if updates % self.algorithm.settings.target_update_interval == 0:
+    def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
+        period = self.algorithm.settings.target_update_frames
+        if frames_after // period > frames_before // period:
             self.target.load_state_dict(model.state_dict())
