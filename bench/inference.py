@@ -12,6 +12,7 @@ import time
 import common  # noqa: F401 - puts the project on sys.path
 import torch
 
+from impala.algorithms.impala import Impala, SampleFromPolicy
 from impala.nets import create_agent
 
 ATARI = (4, 84, 84)
@@ -21,7 +22,8 @@ ATARI = (4, 84, 84)
 def measure(agent_name: str, batch: int, seconds: float) -> dict[str, object]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    agent = create_agent(agent_name, ATARI, 6).eval()
+    agent = create_agent(agent_name, ATARI, 6, Impala.heads).eval()
+    exploration = SampleFromPolicy()  # the actor's choice of actions, as it runs it
     observation = torch.randint(0, 255, (1, batch, *ATARI), dtype=torch.uint8)
     last_action = torch.zeros(1, batch, dtype=torch.long)
     reward = torch.zeros(1, batch)
@@ -31,7 +33,8 @@ def measure(agent_name: str, batch: int, seconds: float) -> dict[str, object]:
         agent(observation, last_action, reward, done, core)
     calls, cpu0, t0 = 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        _, core = agent(observation, last_action, reward, done, core)
+        output, core = agent(observation, last_action, reward, done, core)
+        exploration.act(output.heads)
         calls += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     return {"agent": agent_name, "batch": batch, "threads": 1,

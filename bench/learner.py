@@ -28,38 +28,27 @@ import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
 import torch
 
-from impala.algorithms import Learning, build_algorithm
-from impala.algorithms.impala import ImpalaLearning
-from impala.config import Config, parse_config
+from impala.algorithm import Algorithm
+from impala.algorithms.impala import Impala
+from impala.config import Config
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
-from impala.laser import UnrollReplay
-from impala.losses import LossSettings
-from impala.nets import Agent, create_agent
+from impala.flags import parse_config
+from impala.mixing import UnrollReplay
+from impala.nets import Agent, build_agent, create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
-from impala.rollout import Batch, core_state
+from impala.registry import build_algorithm
+from impala.rollout import Batch
 from impala.settings import ReplaySchedule
-from impala.step import learn_step
 from impala.transport import encode
-from impala.unroll import POLICY_LOGITS, EpisodeStats, Unroll, UnrollLayout, core_shapes_of
+from impala.unroll import UnrollLayout, core_shapes_of
+from impala.unroll_reader import EpisodeStats, Unroll
+from impala.update import Update, UpdateSettings
 from impala.weights import weights_arrays
 
 ATARI = (4, 84, 84)
 ACTIONS = 6
-
-
-def synthetic_batch(T: int, B: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return {
-        "observation": torch.randint(0, 255, (T + 1, B, *ATARI), dtype=torch.uint8,
-                                     generator=g),
-        "reward": torch.randn(T + 1, B, generator=g),
-        "done": torch.rand(T + 1, B, generator=g) < 0.01,
-        "last_action": torch.randint(0, ACTIONS, (T + 1, B), generator=g),
-        "action": torch.randint(0, ACTIONS, (T + 1, B), generator=g),
-        "policy_logits": torch.randn(T + 1, B, ACTIONS, generator=g),
-    }
 
 
 def timed(update: Callable[[int], None], seconds: float) -> tuple[int, float, float]:
@@ -75,44 +64,30 @@ def timed(update: Callable[[int], None], seconds: float) -> tuple[int, float, fl
 
 def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
             keep_memory: bool = True) -> dict[str, object]:
-    """`keep_memory=False` (in a fresh process: the setting is process-wide) measures with
-    glibc's default malloc, for comparison; the learner keeps its freed memory."""
+    """IMPALA's plain update (no replay) on random Pong-shaped unrolls. `keep_memory=False`
+    (in a fresh process: the setting is process-wide) measures with glibc's default malloc,
+    for comparison; the learner keeps its freed memory."""
+    row = measure_with_replay(agent_name, T, B, threads, seconds, 0.0, keep_memory)
+    return {k: v for k, v in row.items() if k not in ("replay_ratio", "fresh_per_s")}
+
+
+def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: float,
+                        ratio: float, keep_memory: bool = True,
+                        replay_size: int = 2000) -> dict[str, object]:
+    """IMPALA updates at replay ratio `ratio` (LASER; 0: none) through the learner's Update."""
     torch.set_num_threads(threads)
     if keep_memory:
         keep_freed_memory()
     torch.manual_seed(0)
-    model = create_agent(agent_name, ATARI, ACTIONS)
-    optimizer = RMSpropTF(model.parameters(), lr=6e-4)
-    batch = synthetic_batch(T, B)
-    core = model.initial_state(B)
-    backend = SingleLearner()
-
-    def update(_: int) -> None:
-        learn_step(model, optimizer, backend, batch, core, ImpalaLearning(LossSettings()), 40.0)
-        encode("weights", "learner-0", weights_arrays(model), version=1)
-
-    updates, wall, cpu = timed(update, seconds)
-    samples = updates * T * B
-    return {"agent": agent_name, "T": T, "B": B, "threads": threads,
-            "updates_per_s": updates / wall, "samples_per_s": samples / wall,
-            "core_ms_per_sample": 1000.0 * cpu / samples}
-
-
-def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: float,
-                        ratio: float, replay_size: int = 2000) -> dict[str, object]:
-    """LASER updates at `ratio` through Batch, UnrollReplay and learn_step (see above)."""
-    torch.set_num_threads(threads)
-    keep_freed_memory()
-    torch.manual_seed(0)
-    model = create_agent(agent_name, ATARI, ACTIONS)
-    optimizer = RMSpropTF(model.parameters(), lr=6e-4)
+    model = create_agent(agent_name, ATARI, ACTIONS, Impala.heads)
     layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
-                          frame_stack=ATARI[0])
+                          recorded=Impala.recorded, frame_stack=ATARI[0])
     replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), replay_size,
-                          priority_exponent=0.6, importance_sampling_exponent=0.4, seed=0)
-    batch = filled_replay(layout, B, replay, POLICY_LOGITS)
-    learning = ImpalaLearning(LossSettings(trust_region_threshold=0.3))
-    update = learner_update(model, optimizer, learning, batch, replay, ratio, 40.0)
+                          priority_exponent=0.6, importance_sampling_exponent=0.4,
+                          seed=0) if ratio > 0 else None
+    batch = filled_batch(layout, B, replay)
+    cfg = parse_config(["--preset=none", "--trust_region_threshold=0.3"])
+    update = learner_update(Impala(cfg), model, cfg, batch, replay, frames_per_update=0)
     updates, wall, cpu = timed(update, seconds)
     trained = updates * T * (B + ratio * B)
     return {"agent": agent_name, "T": T, "B": B, "threads": threads, "replay_ratio": ratio,
@@ -120,46 +95,37 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
             "fresh_per_s": updates * T * B / wall, "core_ms_per_sample": 1000.0 * cpu / trained}
 
 
-def learner_update(model: Agent, optimizer: torch.optim.Optimizer, learning: Learning,
-                   batch: Batch, replay: UnrollReplay, ratio: float, max_grad_norm: float,
-                   frames_per_update: int = 0) -> Callable[[int], None]:
-    """One learner update as learner.Learner.step makes it: the fresh batch plus (ratio > 0)
-    replayed unrolls, the step, the algorithm's after-update work, priorities, and the
-    weights encoded for the actors. Called with the update's number."""
-    backend = SingleLearner()
+def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch,
+                   replay: UnrollReplay | None, frames_per_update: int
+                   ) -> Callable[[int], None]:
+    """The learner's own Update (fresh batch, replay, loss, step, after-update work,
+    priorities), then the weights encoded for the actors. Called with the update's number."""
+    optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
+                          epsilon=cfg.epsilon)
+    run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
+                        torch.device("cpu"), UpdateSettings.of(cfg))
 
     def update(number: int) -> None:
-        if ratio > 0:
-            part = replay.mix_into(batch, number, frames=0)
-            tensors = batch.columns(part.columns) | replay.loss_inputs(part)
-            replay.keep(batch)
-        else:
-            tensors = batch.columns(batch.size)
-        core = tuple(t.contiguous() for t in core_state(tensors))
-        stats = learn_step(model, optimizer, backend, tensors, core, learning, max_grad_norm)
-        learning.after_update(model, number * frames_per_update,
-                              (number + 1) * frames_per_update)
-        if ratio > 0:
-            replay.update_priorities(part, stats["unroll_errors"])
+        run_update(batch, number, number * frames_per_update, (number + 1) * frames_per_update)
         encode("weights", "learner-0", weights_arrays(model), version=1)
 
     return update
 
 
-def filled_replay(layout: UnrollLayout, B: int, replay: UnrollReplay, head_field: str
-                  ) -> Batch:
-    """A batch of B random Pong-like unrolls, and `replay` filled with copies of it."""
-    batch = Batch(layout, B, extra_columns=replay.max_replayed, keep_stored=True)
+def filled_batch(layout: UnrollLayout, B: int, replay: UnrollReplay | None) -> Batch:
+    """A batch of B random Pong-like unrolls, and `replay` (if any) filled with copies."""
+    batch = Batch(layout, B, extra_columns=replay.max_replayed if replay else 0,
+                  keep_stored=replay is not None)
     rng = np.random.default_rng(0)
     for _ in range(B):
         arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
         arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
         arrays["action"][:] = rng.integers(0, layout.num_actions, len(arrays["action"]))
         arrays["reward"][:] = rng.choice([-1.0, 0.0, 0.0, 0.0, 1.0], len(arrays["reward"]))
-        arrays[head_field][:] = rng.normal(size=arrays[head_field].shape)
-        batch.add(Unroll(arrays, "bench", 0, EpisodeStats([], [])))
-    while len(replay.memory) < replay.memory.capacity:
-        replay.keep(batch)
+        arrays[layout.recorded][:] = rng.normal(size=arrays[layout.recorded].shape)
+        batch.add(Unroll(arrays, "bench", 0, EpisodeStats.empty()))
+    while replay is not None and len(replay.memory) < replay.memory.capacity:
+        replay.mix_into(batch, 0, 0)  # keeps the batch's unrolls
     return batch
 
 
@@ -181,19 +147,16 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float,
     torch.manual_seed(0)
     env_info = describe_env(cfg.env_settings)
     algo = build_algorithm(cfg)
-    model = algo.build_agent(cfg.agent_name, env_info)
-    layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, model, algo.head_field,
+    model = build_agent(cfg.agent_name, env_info, algo)
+    layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, model, algo.recorded,
                                     algo.overlap)
-    optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
-                          epsilon=cfg.epsilon)
     B, T, ratio = cfg.batch_size, cfg.unroll_length, cfg.replay_ratio
-    replay = UnrollReplay(layout, B, ReplaySchedule.constant(max(ratio, 1.0)),
-                          max(cfg.replay_size, 2 * B),
-                          cfg.priority_exponent, cfg.importance_sampling_exponent, seed=0)
-    batch = filled_replay(layout, B, replay, algo.head_field)
+    replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), max(cfg.replay_size, 2 * B),
+                          cfg.priority_exponent, cfg.importance_sampling_exponent,
+                          seed=0) if ratio > 0 else None
+    batch = filled_batch(layout, B, replay)
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
-    update = learner_update(model, optimizer, algo.learner(model), batch, replay, ratio,
-                            cfg.gradients_clipping, fresh_frames)
+    update = learner_update(algo, model, cfg, batch, replay, fresh_frames)
     updates, wall, cpu = timed(update, seconds)
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)

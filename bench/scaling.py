@@ -1,9 +1,9 @@
 """Learner scaling under Horovod: N learner ranks under one real `mpirun`, each training on
 synthetic batches of the real shape (one thread each), against one rank alone.
 
-Each rank runs the real update (`learn_step`: forward, V-trace, losses, backward, the
-gradient allreduce, clipping after it, RMSProp, then weight publishing), plus the learner's
-per-update control allreduce. Actors are left out on purpose: on a small machine they
+Each rank runs the learner's own update (impala.update.Update: forward, V-trace, losses,
+backward, the gradient allreduce, clipping after it, RMSProp), weight publishing, and the
+learner's per-update control allreduce. Actors are left out on purpose: on a small machine they
 would take the cores the ranks need, and this measures what the synchronisation costs.
 At the end the ranks' parameter checksums are compared (they must be equal).
 
@@ -33,29 +33,34 @@ RESULT_PREFIX = "SCALING_RESULT "
 def worker(args) -> None:
     """One rank: `args.updates` timed updates after two warm-up ones."""
     import torch
-    from learner import ACTIONS, ATARI, synthetic_batch
+    from learner import ACTIONS, ATARI, filled_batch
 
-    from impala.algorithms.impala import ImpalaLearning
+    from impala.algorithms.impala import Impala
     from impala.distributed import HorovodBackend, parameter_checksum
-    from impala.losses import LossSettings
+    from impala.flags import parse_config
     from impala.nets import create_agent
     from impala.optim import RMSpropTF
-    from impala.step import learn_step
     from impala.transport import encode
+    from impala.unroll import UnrollLayout, core_shapes_of
+    from impala.update import Update, UpdateSettings
     from impala.weights import weights_arrays
 
     torch.set_num_threads(args.threads)
     backend = HorovodBackend()
     torch.manual_seed(backend.rank)  # different on purpose: the broadcast must equalise
     T, B = (int(x) for x in args.shape.split("x"))
-    model = create_agent(args.agent_name, ATARI, ACTIONS)
-    optimizer = backend.prepare(model, RMSpropTF(model.parameters(), lr=6e-4))
-    batch = synthetic_batch(T, B)
-    core = model.initial_state(B)
+    cfg = parse_config(["--preset=none"])
+    model = create_agent(args.agent_name, ATARI, ACTIONS, Impala.heads)
+    optimizer = backend.prepare(model, RMSpropTF(model.parameters(), lr=cfg.learning_rate))
+    layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
+                          recorded=Impala.recorded, frame_stack=ATARI[0])
+    batch = filled_batch(layout, B, None)
+    run_update = Update(model, optimizer, backend, Impala(cfg).learning(model), None,
+                        torch.device("cpu"), UpdateSettings.of(cfg))
 
     def update() -> None:
         backend.allreduce_sum(np.zeros(7))  # the learner's control vector
-        learn_step(model, optimizer, backend, batch, core, ImpalaLearning(LossSettings()), 40.0)
+        run_update(batch, 0, 0, 0)
         encode("weights", "learner", weights_arrays(model), version=1)
 
     for _ in range(2):

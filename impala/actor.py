@@ -16,13 +16,12 @@ import time
 import numpy as np
 import torch
 
-from impala.algorithms import build_algorithm
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.envs import create_env, env_info
-from impala.nets import Agent, AgentOutput
+from impala.nets import Agent, AgentOutput, build_agent
 from impala.process import PARENT_PID_VARIABLE, lower_priority
-from impala.qlearning import exploration_epsilons
+from impala.registry import build_algorithm
 from impala.transport import ActorSocket, WireError, decode, encode
 from impala.unroll import EnvStep, UnrollLayout, UnrollWriter
 from impala.weights import weights_schema
@@ -140,15 +139,14 @@ class Actor:
         self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
         info = env_info(self.envs[0], settings)
         torch.manual_seed(base_seed)
-        self.algorithm = build_algorithm(cfg)
-        self.model = self.algorithm.build_agent(cfg.agent_name, info)
+        algorithm = build_algorithm(cfg)
+        self.model = build_agent(cfg.agent_name, info, algorithm)
         self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
-                                             self.algorithm.head_field, self.algorithm.overlap)
-        # This actor's first environment among the run's, and their count (value-based only).
-        self.first_env, self.total_envs = cfg.exploring_envs()
-        self.epsilons = exploration_epsilons(self.first_env, cfg.num_envs, self.total_envs,
-                                             cfg.actor_epsilon, cfg.actor_epsilon_alpha)
+                                             algorithm.recorded, algorithm.overlap)
+        # The algorithm's choice of actions, for this actor's place among the run's envs.
+        first_env, total_envs = cfg.exploring_envs()
+        self.exploration = algorithm.exploration(first_env, cfg.num_envs, total_envs)
         host, port = parse_host_port(cfg.learner_host)
         self.max_bytes = int(cfg.max_message_mb * 2**20)
         # Room for a whole set of unrolls and the weights request that follows it.
@@ -188,8 +186,8 @@ class Actor:
         """Choose every env's action on `step` (step t of the unroll) and record both;
         returns the actions [N] and the agent's new core state."""
         output, core = self._act(step, core)
-        actions, head = self.algorithm.act(output, self.epsilons)
-        self.writer.record(t, step, actions, head)
+        actions, recorded = self.exploration.act(output.heads)
+        self.writer.record(t, step, actions, recorded)
         return actions, core
 
     @torch.no_grad()
@@ -205,10 +203,8 @@ class Actor:
     def run(self) -> None:
         log.info("%s: %d x %s, learner %s", self.name, self.cfg.num_envs, self.cfg.level_name,
                  self.cfg.learner_host)
-        if self.algorithm.explores_with_epsilons:
-            log.info("%s: environments %d-%d of %d, epsilon %.3g down to %.3g", self.name,
-                     self.first_env, self.first_env + self.cfg.num_envs - 1, self.total_envs,
-                     self.epsilons.max(), self.epsilons.min())
+        if self.exploration.describe():
+            log.info("%s: %s", self.name, self.exploration.describe())
         if not self._wait_for_first_weights():
             return
         steps, overlap = self.cfg.unroll_length + 1, self.layout.overlap
@@ -225,7 +221,7 @@ class Actor:
                 cores[t] = core
                 actions, core = self._act_and_record(t, step, core)
             self.writer.record_core(cores[0])
-            priorities = self.algorithm.actor_priorities(self.writer.buffers)
+            priorities = self.exploration.priorities(self.writer.recorded_steps())
             if not self.weights.await_answer(self.stop, self.cfg.learner_host):
                 return
             if not self._send_unrolls(version, priorities):
@@ -261,7 +257,8 @@ class Actor:
             self.weights.restart_streams = False
             self.writer.restart_streams()
         for i, frames in enumerate(self.writer.messages(self.name, version, self.finished,
-                                                        priorities)):
+                                                        priorities,
+                                                        self.exploration.epsilons)):
             waited = 0
             while not self.sock.send(frames, SEND_TIMEOUT_MS):
                 if self.stop.is_set():

@@ -9,17 +9,21 @@ saying which.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from impala.nets import renamed_old_heads
 from impala.weights import non_finite
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = "impala-mlma/1"
 IDENTITY_FLAGS = ("agent_name", "level_name", "width", "height")
+# Checked where the checkpoint names it (older checkpoints may not).
+IDENTITY_FLAGS_IF_SAVED = ("algorithm",)
 COUNTERS = ("frames", "updates")
 # Written by older versions (always equal to "updates"); accepted on load, then ignored.
 OLD_COUNTERS = ("version",)
@@ -63,8 +67,9 @@ def load(path: Path, flags: dict[str, Any]) -> dict[str, Any]:
                               f"{state.get('format') if isinstance(state, dict) else None!r})")
     _check_structure(state, path)
     saved = state["flags"]
+    checked = [*IDENTITY_FLAGS, *(name for name in IDENTITY_FLAGS_IF_SAVED if name in saved)]
     mismatched = [f"{name}: checkpoint has {saved.get(name)!r}, this run {flags.get(name)!r}"
-                  for name in IDENTITY_FLAGS if saved.get(name) != flags.get(name)]
+                  for name in checked if saved.get(name) != flags.get(name)]
     if mismatched:
         raise CheckpointError(
             f"{path} belongs to another run ({'; '.join(mismatched)}); use another "
@@ -72,19 +77,26 @@ def load(path: Path, flags: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def restore_model(model: nn.Module, state: dict[str, Any], path: Path) -> None:
+def restore_model(model: nn.Module, state: dict[str, Any], path: Path,
+                  old_head_names: Mapping[str, str] | None = None) -> None:
+    """Load the checkpoint's weights; one written before heads were named by algorithms has
+    its `policy` and `baseline` heads renamed as the algorithm says (`old_head_names`)."""
+    weights = state["model"]
+    if old_head_names and not any(key.startswith("heads.") for key in weights):
+        weights = renamed_old_heads(weights, old_head_names)
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(weights)
     except (RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path}: model weights do not fit this agent: {exc}") from None
 
 
 def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-           flags: dict[str, Any]) -> dict[str, int]:
+           flags: dict[str, Any], old_head_names: Mapping[str, str] | None = None
+           ) -> dict[str, int]:
     """Load `path` into the model and the optimizer; returns its counters (frames, updates).
     CheckpointError, naming the file, if it is another run's or does not fit."""
     state = load(path, flags)
-    restore_model(model, state, path)
+    restore_model(model, state, path, old_head_names)
     if state.get("optimizer"):
         try:
             optimizer.load_state_dict(state["optimizer"])

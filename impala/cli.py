@@ -7,7 +7,8 @@ import signal
 import sys
 import threading
 
-from impala.config import Config, parse_config
+from impala.config import Config
+from impala.flags import parse_config
 from impala.logs import setup_logging
 
 log = logging.getLogger("experiment")

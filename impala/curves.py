@@ -1,9 +1,11 @@
 """Pictures of learning: `curve.png` in a run directory, and several runs overlaid.
 
-`curve.png` has four panels over frames: the episode return (each episode faint, the mean
-of the last 30 bold), the loss terms, the policy's entropy, and agent steps per second.
-A watcher process redraws it after every log row (`CurvePlotter`: its own session at
-niceness 19, so it takes only CPU that training leaves) and the learner once more at the end.
+`curve.png` has panels over frames: the episode return (each episode faint, the mean of the
+last 30 bold), then the panels the run's algorithm declares (impala/algorithm.py `Panel`,
+kept in meta.json: IMPALA's loss terms and entropy, Ape-X's and R2D2's TD error, Q-value,
+replay and near-greedy return...), then agent steps per second. A watcher process redraws
+it after every log row (`CurvePlotter`: its own session at idle priority, so it takes only
+CPU that training leaves) and the learner once more at the end.
 
   impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
   impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames
@@ -15,7 +17,9 @@ Only matplotlib's Agg backend is used: no display is needed.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -25,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from impala.algorithm import Panel
 from impala.logs import EPISODE_COLUMNS
 from impala.process import lower_priority
+from impala.registry import algorithm_class, default_algorithm
 
 log = logging.getLogger("curves")
 
@@ -86,15 +92,65 @@ def running_minutes(logs: pd.DataFrame, times: pd.Series) -> np.ndarray:
     return np.maximum(minutes, row_minutes[np.maximum(after - 1, 0)])
 
 
+def panels_of(run_dir: Path) -> list[Panel]:
+    """The algorithm's panels, as meta.json keeps them; for a run from before they were
+    kept there, those its algorithm declares now (without meta.json: the default
+    algorithm's, the only one there was); none if the algorithm is unknown."""
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = {"flags": {}}
+    if "panels" in meta:
+        return [Panel(p["title"], tuple(p["columns"]), p["symlog"], p["max_epsilon"])
+                for p in meta["panels"]]
+    try:
+        return list(algorithm_class(meta["flags"].get("algorithm") or default_algorithm()
+                                    ).panels)
+    except (KeyError, ValueError):
+        return []
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     """Draw `run_dir`'s curve.png (or `out`); None if it has no log rows yet."""
     logs = read_csv(run_dir / "logs.csv")
     if logs is None:
         return None
     episodes = episodes_of(run_dir)
-    figure, axes = _figure(2, 2, (11, 7))
+    panels = panels_of(run_dir)
+    count = len(panels) + 2
+    columns = 2 if count <= 4 else 3
+    rows = math.ceil(count / columns)
+    figure, axes = _figure(rows, columns, (5.5 * columns, 3.5 * rows))
+    axes = list(axes.flat)
     millions = logs["frames"] / 1e6
-    ax = axes[0, 0]
+    _draw_returns(axes[0], episodes)
+    for ax, panel in zip(axes[1:], panels, strict=False):
+        if panel.max_epsilon is not None:
+            _draw_greedy_returns(ax, episodes, panel)
+        else:
+            for column in panel.columns:
+                if column in logs:
+                    ax.plot(millions, logs[column], label=column, linewidth=1)
+            if panel.symlog:
+                ax.set_yscale("symlog")
+            if len(panel.columns) > 1:
+                ax.legend(fontsize=8)
+        ax.set_title(panel.title)
+    axes[count - 1].plot(millions, logs["sps"], color="tab:green")
+    axes[count - 1].set_title("agent steps per second")
+    for ax in axes[:count]:
+        ax.set_xlabel("frames (millions)")
+        ax.grid(alpha=0.3)
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    minutes = running_minutes(logs, logs["time"])[-1]
+    latest = f", return {running_return(episodes).iloc[-1]:.1f}" if episodes is not None else ""
+    figure.suptitle(f"{run_dir.name}: {logs['frames'].iloc[-1] / 1e6:.2f}M frames in "
+                    f"{minutes:.0f} min{latest}")
+    return _save(figure, out or run_dir / CURVE_NAME)
+
+
+def _draw_returns(ax, episodes: pd.DataFrame | None) -> None:
     if episodes is not None:
         ax.scatter(episodes["frames"] / 1e6, episodes["episode_return"], s=3, alpha=0.25,
                    color="tab:blue", label="episode")
@@ -102,25 +158,17 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
                 linewidth=2, label=f"mean of last {RETURN_WINDOW}")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_title("episode return (raw score)")
-    ax = axes[0, 1]
-    for column in ("total_loss", "pg_loss", "baseline_loss"):
-        if column in logs:
-            ax.plot(millions, logs[column], label=column, linewidth=1)
-    ax.set_yscale("symlog")
-    ax.legend(fontsize=8)
-    ax.set_title("loss terms (sums over the batch)")
-    axes[1, 0].plot(millions, logs["entropy"], color="tab:purple")
-    axes[1, 0].set_title("policy entropy (nats per step)")
-    axes[1, 1].plot(millions, logs["sps"], color="tab:green")
-    axes[1, 1].set_title("agent steps per second")
-    for ax in axes.flat:
-        ax.set_xlabel("frames (millions)")
-        ax.grid(alpha=0.3)
-    minutes = running_minutes(logs, logs["time"])[-1]
-    latest = f", return {running_return(episodes).iloc[-1]:.1f}" if episodes is not None else ""
-    figure.suptitle(f"{run_dir.name}: {logs['frames'].iloc[-1] / 1e6:.2f}M frames in "
-                    f"{minutes:.0f} min{latest}")
-    return _save(figure, out or run_dir / CURVE_NAME)
+
+
+def _draw_greedy_returns(ax, episodes: pd.DataFrame | None, panel: Panel) -> None:
+    """The running mean return of the episodes played at epsilon <= panel.max_epsilon."""
+    if episodes is None or "epsilon" not in episodes:
+        return
+    greedy = episodes[episodes["epsilon"] <= panel.max_epsilon].reset_index(drop=True)
+    if len(greedy):
+        ax.scatter(greedy["frames"] / 1e6, greedy["episode_return"], s=3, alpha=0.25,
+                   color="tab:red")
+        ax.plot(greedy["frames"] / 1e6, running_return(greedy), color="tab:red", linewidth=2)
 
 
 def overlay(sources: list[Path], out: Path) -> Path:
@@ -238,12 +286,13 @@ class CurvePlotter:
 
 
 def _is_episodes_csv(path: Path) -> bool:
-    """A file whose header is the learner's episodes-<r>.csv header."""
+    """A file whose header is the learner's episodes-<r>.csv header (or that of a version
+    before the epsilon column)."""
     if not path.is_file():
         return False
     with open(path) as f:
         header = f.readline().strip().split(",")
-    return header == EPISODE_COLUMNS
+    return header in (EPISODE_COLUMNS, EPISODE_COLUMNS[:-1])
 
 
 def main(argv: list[str] | None = None) -> int:

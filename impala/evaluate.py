@@ -9,10 +9,11 @@ import numpy as np
 import torch
 
 from impala import checkpoint
-from impala.algorithms import Algorithm, build_algorithm
+from impala.algorithm import Algorithm
 from impala.config import Config
 from impala.envs import create_env, env_info
-from impala.nets import Agent
+from impala.nets import Agent, build_agent
+from impala.registry import build_algorithm
 
 log = logging.getLogger("evaluate")
 
@@ -22,9 +23,10 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
     path = run_dir / checkpoint.CHECKPOINT_NAME
     state = checkpoint.load(path, cfg.to_dict())
     env = create_env(cfg.env_settings)
-    model = build_algorithm(cfg).build_agent(cfg.agent_name, env_info(env, cfg.env_settings))
+    algorithm = build_algorithm(cfg)
+    model = build_agent(cfg.agent_name, env_info(env, cfg.env_settings), algorithm)
     env.close()
-    checkpoint.restore_model(model, state, path)
+    checkpoint.restore_model(model, state, path, algorithm.old_head_names)
     model.eval()
     log.info("loaded %s (%d frames of training)", path, state["counters"]["frames"])
     return model, run_dir
@@ -39,10 +41,9 @@ PARALLEL_EPISODES = 25
 def play_episodes(model: Agent, algorithm: Algorithm, envs: list, seeds: list[int],
                   on_step=None) -> list[tuple[float, int]]:
     """Play one whole game (all lives) in each of `envs` (reset with its seed), side by side,
-    with the algorithm's evaluation action (IMPALA: sampled from the policy; Ape-X and R2D2:
-    greedy in Q); returns each game's raw return and length in agent steps, in order.
-    A finished game's row keeps being computed (and ignored) until the last one ends, so
-    the core state keeps its [.., B, ..] shape."""
+    with the algorithm's evaluation action; returns each game's raw return and length in
+    agent steps, in order. A finished game's row keeps being computed (and ignored) until
+    the last one ends, so the core state keeps its [.., B, ..] shape."""
     observations = [np.asarray(env.reset(seed=seed)[0])
                     for env, seed in zip(envs, seeds, strict=True)]
     batch = len(envs)
@@ -54,7 +55,7 @@ def play_episodes(model: Agent, algorithm: Algorithm, envs: list, seeds: list[in
     while any(result is None for result in results):
         output, core = model(torch.from_numpy(np.stack(observations))[None], last_actions,
                              rewards, done, core)
-        actions = algorithm.evaluation_action(output)  # [1, B]
+        actions = algorithm.evaluation_action(output.heads)  # [1, B]
         done = torch.zeros(1, batch, dtype=torch.bool)
         for i, env in enumerate(envs):
             if results[i] is not None:

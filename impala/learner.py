@@ -12,105 +12,30 @@ import logging
 import os
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from impala import auth, checkpoint
-from impala.algorithms import build_algorithm
-from impala.config import PRESETS, Config, parse_host_port
+from impala.config import Config, parse_host_port
+from impala.counters import Control, Counters, IntervalStats, ReturnWindow
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
-from impala.laser import ReplayedPart, UnrollReplay
 from impala.logs import LearnerLogs, RunMeta, status_line
-from impala.optim import RMSpropTF, scheduled_learning_rate
+from impala.mixing import UnrollReplay
+from impala.nets import build_agent
+from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
 from impala.receiver import ReceiverStopped, UnrollReceiver
-from impala.rollout import Batch, BatchQueue, core_state, to_device
-from impala.step import TorsoWatch, learn_step
+from impala.registry import build_algorithm
+from impala.rollout import Batch, BatchQueue
+from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.unroll import UnrollLayout
+from impala.update import Update, UpdateSettings, UpdateStats
 from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
-
-
-@dataclass
-class Control:
-    """What every rank must agree on before an update: each rank fills in its part and one
-    small allreduce (a float64 vector) sums them, once per update."""
-
-    stop: float = 0.0  # > 0: some rank has no batch, or was asked to stop
-    frames: float = 0.0  # consumed by this update, over all ranks
-    return_sum: float = 0.0  # of the episodes that ended in this update's batches
-    length_sum: float = 0.0
-    episodes: float = 0.0
-    log_now: float = 0.0  # rank 0's clock decides, so all ranks log and save together
-    checkpoint_now: float = 0.0
-
-    def to_array(self) -> np.ndarray:
-        return np.array(dataclasses.astuple(self), dtype=np.float64)
-
-    @classmethod
-    def from_array(cls, values: np.ndarray) -> Control:
-        return cls(*(float(v) for v in values))
-
-
-@dataclass
-class Counters:
-    """Frames consumed over all ranks and updates applied; the update count is also the
-    version of the weights the learner publishes (actors report it back as policy lag)."""
-
-    frames: int = 0
-    updates: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {"frames": self.frames, "updates": self.updates}
-
-
-@dataclass
-class IntervalStats:
-    """What accumulates between two log rows."""
-
-    start_time: float = field(default_factory=time.time)
-    start_frames: int = 0
-    local_frames: int = 0
-    return_sum: float = 0.0
-    length_sum: float = 0.0
-    episodes: float = 0.0
-    lags: list[float] = field(default_factory=list)
-    last: dict[str, float] = field(default_factory=dict)
-
-
-class ReturnWindow:
-    """The mean raw return of the run's most recent episodes, over all ranks: at least
-    `episodes` of them, in whole updates. Built from each update's agreed Control sums, so
-    every rank computes the same mean and a target stops them on the same update."""
-
-    def __init__(self, episodes: int) -> None:
-        self.episodes = episodes
-        self.updates: deque[tuple[float, float]] = deque()  # (return sum, episodes) per update
-        self.count = 0.0
-
-    def add(self, return_sum: float, count: float) -> None:
-        if count == 0:
-            return
-        self.updates.append((return_sum, count))
-        self.count += count
-        while self.count - self.updates[0][1] >= self.episodes:  # the oldest is not needed
-            self.count -= self.updates.popleft()[1]
-
-    def reached(self, target: float) -> bool:
-        return self.count >= self.episodes and self.mean >= target
-
-    @property
-    def mean(self) -> float:
-        """Summed afresh each time (a few hundred numbers at most): a running sum that also
-        subtracts would drift over millions of episodes."""
-        total = sum(return_sum for return_sum, _ in self.updates)
-        return total / self.count if self.count else float("nan")
 
 
 class Learner:
@@ -134,9 +59,9 @@ class Learner:
 
         env_info = describe_env(cfg.env_settings)
         self.algorithm = build_algorithm(cfg)
-        self.model = self.algorithm.build_agent(cfg.agent_name, env_info).to(self.device)
+        self.model = build_agent(cfg.agent_name, env_info, self.algorithm).to(self.device)
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model,
-                                             self.algorithm.head_field, self.algorithm.overlap)
+                                             self.algorithm.recorded, self.algorithm.overlap)
         # Fresh frames this learner consumes per update (agent steps x action repeat): an
         # unroll brings T + 1 - overlap steps the previous one of its environment did not.
         self.frames_per_update = (cfg.batch_size * (cfg.unroll_length + 1 - self.layout.overlap)
@@ -154,7 +79,9 @@ class Learner:
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
         # After prepare: a target network copies the weights every rank now shares.
-        self.learning = self.algorithm.learner(self.model)
+        self.update = Update(self.model, self.optimizer, backend,
+                             self.algorithm.learning(self.model), self.replay, self.device,
+                             UpdateSettings.of(cfg))
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
                  parameter_checksum(self.model))
@@ -166,7 +93,8 @@ class Learner:
         counters = Counters()
         if self.is_chief and self.checkpoint_path.exists():
             counters = Counters(**checkpoint.resume(self.checkpoint_path, self.model,
-                                                    optimizer, self.cfg.to_dict()))
+                                                    optimizer, self.cfg.to_dict(),
+                                                    self.algorithm.old_head_names))
             log.info("resumed from %s at %d frames, %d updates", self.checkpoint_path,
                      counters.frames, counters.updates)
         values = self.backend.broadcast_counters(
@@ -191,9 +119,17 @@ class Learner:
     def run(self) -> str:
         """Train until the frame budget or a stop request; returns the exit status."""
         receiver, batches, sock = self._serve()
-        logs = LearnerLogs(self.run_dir, self.rank)
-        meta = RunMeta(self.run_dir, self.cfg.to_dict(), role="learner",
-                       preset=PRESETS[self.cfg.preset]) if self.is_chief else None
+        logs = LearnerLogs(self.run_dir, self.rank, self.algorithm.log_scalars)
+        meta = plotter = None
+        if self.is_chief:
+            from impala.curves import CurvePlotter  # pandas: only where curves are drawn
+
+            # The panels go in meta.json, so curve.png can be redrawn from the directory.
+            meta = RunMeta(self.run_dir, self.cfg.to_dict(), role="learner",
+                           preset=self.cfg.preset_values(),
+                           panels=[dataclasses.asdict(p) for p in self.algorithm.panels])
+            plotter = CurvePlotter(self.run_dir)
+            plotter.start()
         status = "error"
         try:
             status = self.train(receiver, batches, logs)
@@ -206,6 +142,8 @@ class Learner:
             logs.close()
             if meta is not None:
                 meta.finish(status, frames=self.counters.frames, updates=self.counters.updates)
+            if plotter is not None:
+                plotter.close()  # the final picture, with every row
         return status
 
     def _serve(self) -> tuple[UnrollReceiver, BatchQueue, LearnerSocket]:
@@ -250,9 +188,10 @@ class Learner:
                 if batch is not None:
                     batches.release(batch)
                 return "stopped"
-            stats = self.step(batch, self.counters.frames + int(control.frames))
+            stats = self.update(batch, self.counters.updates, self.counters.frames,
+                                self.counters.frames + int(control.frames))
             interval.lags.append(self.counters.updates - float(np.mean(batch.policy_versions)))
-            logs.episodes(self.counters.frames, batch.episodes.returns, batch.episodes.lengths)
+            logs.episodes(self.counters.frames, batch.episodes)
             batches.release(batch)
             self._count(interval, control, stats)
             receiver.publish(self.counters.updates, finite_weights(self.model))
@@ -304,41 +243,7 @@ class Learner:
             mine.log_now, mine.checkpoint_now = float(log_now), float(checkpoint_now)
         return Control.from_array(self.backend.allreduce_sum(mine.to_array()))
 
-    def step(self, batch: Batch, frames_after: int) -> dict[str, float]:
-        """One update (`--passes` optimizer steps) at the scheduled learning rate (held for
-        `--lr_hold_fraction` of the frame budget, then annealed linearly to 0) on the
-        batch's fresh unrolls and, with replay, replayed ones; returns the last step's
-        logged scalars."""
-        cfg = self.cfg
-        learning_rate = scheduled_learning_rate(cfg.learning_rate, self.counters.frames,
-                                                cfg.total_environment_frames,
-                                                cfg.lr_hold_fraction)
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        part = ReplayedPart(None, batch.size, 0)
-        extra = {}
-        if self.replay is not None:
-            part = self.replay.mix_into(batch, self.counters.updates, self.counters.frames)
-            extra = self.replay.loss_inputs(part)
-            self.replay.keep(batch)
-        tensors = to_device(batch.columns(part.columns) | extra, self.device)
-        core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
-        skipped = 0.0
-        for _ in range(cfg.passes):  # every rank makes the same number: allreduces pair up
-            stats = learn_step(self.model, self.optimizer, self.backend, tensors, core,
-                               self.learning, cfg.gradients_clipping)
-            skipped = max(skipped, stats["skipped"])
-        self.learning.after_update(self.model, self.counters.frames, frames_after)
-        unroll_errors = stats.pop("unroll_errors")
-        if self.replay is not None:
-            self.replay.update_priorities(part, unroll_errors)
-            stats |= self.replay.stats(part)
-        stats["skipped"] = skipped
-        stats["learning_rate"] = learning_rate
-        return stats
-
-    def _count(self, interval: IntervalStats, control: Control,
-               stats: dict[str, float]) -> None:
+    def _count(self, interval: IntervalStats, control: Control, stats: UpdateStats) -> None:
         """Add an applied (or skipped) update to the counters and the log interval."""
         self.counters.frames += int(control.frames)
         self.counters.updates += 1
@@ -346,13 +251,13 @@ class Learner:
         interval.return_sum += control.return_sum
         interval.length_sum += control.length_sum
         interval.episodes += control.episodes
-        if stats.pop("skipped"):
+        if stats.skipped:
             self.skipped_updates += 1
             log.warning("update %d skipped: non-finite loss or gradient (grad norm %s); "
-                        "%d skipped so far", self.counters.updates, stats["grad_norm"],
+                        "%d skipped so far", self.counters.updates, stats.grad_norm,
                         self.skipped_updates)
-        self._warn_about_the_torso(stats)
-        interval.last = stats
+        self._warn_about_the_torso(stats.health)
+        interval.last = stats.row()
 
     def _warn_about_the_torso(self, stats: dict[str, float]) -> None:
         """Say once when the torso is dying and once when it is dead (dead ReLUs: nothing
@@ -404,4 +309,4 @@ class Learner:
         logs.run_row(row)
         if interval.last:
             log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
-                                 run_start_frames))
+                                 run_start_frames, self.algorithm.status))

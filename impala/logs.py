@@ -1,12 +1,13 @@
 """The run directory and everything written into it.
 
 <logdir>/<run_name>/
-  meta.json          flags, preset, git commit and dirty flag, hosts, start/end time,
-                     exit status
+  meta.json          flags, preset, the algorithm's curve panels, git commit and dirty
+                     flag, host, start/end time, exit status
   curve.png          the learning curve, redrawn after every log row (curves.py)
   logs.csv           one row per logging interval (rank 0), flushed as written
   learner-<r>.csv    per-rank throughput and parameter checksum (sync can be checked)
-  episodes-<r>.csv   every finished episode seen by learner r (raw return and length)
+  episodes-<r>.csv   every finished episode seen by learner r (raw return and length, and
+                     the epsilon of the environment that played it, where there is one)
   events.out.tfevents.*  TensorBoard scalars (rank 0)
   checkpoint.pt      see checkpoint.py
   *.log              one log file per process
@@ -23,21 +24,26 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from impala.algorithm import StatusItem
+    from impala.unroll_reader import EpisodeStats
+
+# logs.csv: these, then the algorithm's own scalars (Algorithm.log_scalars).
 LOG_COLUMNS = [
     "time", "frames", "sps", "updates", "episodes", "mean_episode_return",
-    "mean_episode_length", "total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
-    "policy_kl", "rho_clipped", "learning_rate", "policy_lag", "queue_depth",
-    "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
+    "mean_episode_length", "total_loss", "grad_norm", "learning_rate", "policy_lag",
+    "queue_depth", "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
     "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",
-    "trust_region_masked", "td_error", "q_value",
 ]
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
-EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
+# `epsilon`: the exploring environment's, where the algorithm explores by epsilon.
+EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length", "epsilon"]
 
 SECRET_WORDS = ("password", "secret", "token", "key")
 
@@ -81,7 +87,8 @@ class RunMeta:
     """meta.json: written at start, completed with end time and exit status at the end."""
 
     def __init__(self, run_dir: Path, flags: dict[str, Any], role: str,
-                 preset: dict[str, Any] | None = None) -> None:
+                 preset: dict[str, Any] | None = None,
+                 panels: list[dict[str, Any]] | None = None) -> None:
         self.path = run_dir / "meta.json"
         previous = self._read()
         repo = Path(__file__).resolve().parent.parent
@@ -90,6 +97,8 @@ class RunMeta:
             # The preset's values (flags["preset"] names it); each flag the user did not
             # set took its value from here.
             "preset_values": preset or {},
+            # The algorithm's curve panels (impala.algorithm.Panel), for curves.py.
+            "panels": panels or [],
             "role": role,
             "host": socket.gethostname(),
             "python": sys.version.split()[0],
@@ -178,9 +187,10 @@ class TensorBoard:
 
 
 def status_line(row: dict[str, Any], total_frames: int, elapsed_s: float,
-                start_frames: float) -> str:
-    """`frames 1.2M/200M (0.6%) | ETA 3h12m | SPS 1,850 | return -20.1 (12 eps) | lag 4.1 |
-    loss 3.2` from a logs.csv row (missing values show as n/a)."""
+                start_frames: float, items: Sequence[StatusItem] = ()) -> str:
+    """`frames 1.2M/200M (0.6%) | ETA 3h12m | SPS 1,850 | return -20.1 (12 eps) | lag 4.1`
+    and then the algorithm's `items` (`| loss 3.2`), from a logs.csv row (missing values
+    show as n/a)."""
     frames = row["frames"]
     done = frames - start_frames
     rate = done / elapsed_s if elapsed_s > 0 else 0.0
@@ -190,8 +200,9 @@ def status_line(row: dict[str, Any], total_frames: int, elapsed_s: float,
             f"SPS {_shown(row.get('sps'), ',.0f')} | "
             f"return {_shown(row.get('mean_episode_return'), '.1f')} "
             f"({_shown(row.get('episodes'), '.0f')} eps) | "
-            f"lag {_shown(row.get('policy_lag'), '.1f')} | "
-            f"loss {_shown(row.get('total_loss'), '.3g')}")
+            f"lag {_shown(row.get('policy_lag'), '.1f')}"
+            + "".join(f" | {item.label} {_shown(row.get(item.column), item.format)}"
+                      for item in items))
 
 
 def _shown(value: float | None, spec: str) -> str:
@@ -215,26 +226,22 @@ def _duration(seconds: float) -> str:
 
 class LearnerLogs:
     """Every file a learner writes while it trains. Each rank: `learner-<rank>.csv` (sync
-    check) and `episodes-<rank>.csv`; rank 0 also `logs.csv`, TensorBoard events and
-    `curve.png` (redrawn by a watcher process after every row, and once more at close)."""
+    check) and `episodes-<rank>.csv`; rank 0 also `logs.csv` and TensorBoard events
+    (`curve.png` is curves.py's, drawn from these files)."""
 
-    def __init__(self, run_dir: Path, rank: int) -> None:
+    def __init__(self, run_dir: Path, rank: int, scalars: Sequence[str] = ()) -> None:
         self.is_chief = rank == 0
         self.rank_log = CsvLog(run_dir / f"learner-{rank}.csv", RANK_COLUMNS)
         self.episode_log = CsvLog(run_dir / f"episodes-{rank}.csv", EPISODE_COLUMNS)
-        self.run_log = CsvLog(run_dir / "logs.csv", LOG_COLUMNS) if self.is_chief else None
+        self.run_log = (CsvLog(run_dir / "logs.csv", [*LOG_COLUMNS, *scalars])
+                        if self.is_chief else None)
         self.tensorboard = TensorBoard(run_dir) if self.is_chief else None
-        self.curve = None
-        if self.is_chief:
-            from impala.curves import CurvePlotter  # pandas: only where curves are drawn
 
-            self.curve = CurvePlotter(run_dir)
-            self.curve.start()
-
-    def episodes(self, frames: int, returns: list[float], lengths: list[int]) -> None:
+    def episodes(self, frames: int, episodes: EpisodeStats) -> None:
         now = time.time()
-        for episode_return, length in zip(returns, lengths, strict=True):
-            self.episode_log.write({"time": now, "frames": frames,
+        for episode_return, length, epsilon in zip(episodes.returns, episodes.lengths,
+                                                   episodes.epsilons, strict=True):
+            self.episode_log.write({"time": now, "frames": frames, "epsilon": epsilon,
                                     "episode_return": episode_return, "episode_length": length})
 
     def rank_row(self, row: dict[str, Any]) -> None:
@@ -251,5 +258,3 @@ class LearnerLogs:
         for writer in (self.rank_log, self.episode_log, self.run_log, self.tensorboard):
             if writer is not None:
                 writer.close()
-        if self.curve is not None:
-            self.curve.close()  # the final picture, with every row

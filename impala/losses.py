@@ -8,30 +8,31 @@ last step of the previous one, so agent outputs use steps [0, T) and environment
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from impala import vtrace
-from impala.settings import REWARD_CLIPPING_MODES, LossSettings
+from impala.rewards import clip_rewards
 
 
-def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
-    """Clip rewards of any shape.
+@dataclass(frozen=True)
+class LossSettings:
+    discounting: float = 0.99
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+    reward_clipping: str = "abs_one"
+    # LASER's trust region: a replayed step whose KL(pi || mu) exceeds this (nats) is left
+    # out of the policy-gradient and baseline losses; 0 turns the mask off.
+    trust_region_threshold: float = 0.0
 
-    - `abs_one`: to [-1, 1].
-    - `soft_asymmetric` (scalable_agent): 5 * tanh(r / 5), with negative rewards scaled by 0.3.
-    - `none`: unchanged.
-    """
-    if mode == "abs_one":
-        return rewards.clamp(-1.0, 1.0)
-    if mode == "soft_asymmetric":
-        squeezed = torch.tanh(rewards / 5.0)
-        return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
-    if mode == "none":
-        return rewards
-    raise ValueError(f"reward_clipping must be one of {REWARD_CLIPPING_MODES}, got {mode!r}")
+
+def sample_actions(policy_logits: torch.Tensor) -> torch.Tensor:
+    """One action per step drawn from softmax(logits): [T, B, A] -> [T, B] int64."""
+    probabilities = F.softmax(policy_logits.flatten(0, -2), dim=-1)
+    return torch.multinomial(probabilities, num_samples=1).view(policy_logits.shape[:-1])
 
 
 def policy_gradient_loss(

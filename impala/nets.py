@@ -1,10 +1,12 @@
-"""IMPALA agents: a torso, then the one-hot last action and clipped reward, then (optionally)
-an LSTM core, then policy and baseline heads. With `action_reward_inputs=False` the core
-sees the torso's features only (Ape-X's network: frames in, nothing else).
+"""Agents: a torso, then the one-hot last action and clipped reward, then (optionally) an
+LSTM core, then the output heads the algorithm names (impala/algorithm.py `Head`): each a
+linear layer on the core's output, one output per action or one per step. With
+`action_reward_inputs=False` the core sees the torso's features only (frames in, nothing
+else).
 
 Every agent has one interface, on time-major inputs:
   forward(observation [T, B, *obs], last_action [T, B], reward [T, B], done [T, B],
-          core_state) -> (AgentOutput(policy_logits [T, B, A], baseline [T, B], action [T, B]),
+          core_state) -> (AgentOutput(heads {name: [T, B, A] or [T, B]}, features [T, B, F]),
                           new core_state)
 `initial_state(batch_size)` gives the core state to start from: an empty tuple for
 feed-forward agents, `(h, c)` each `[num_layers, B, hidden]` for the LSTM agent.
@@ -14,22 +16,24 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from impala.algorithm import Head
+
 if TYPE_CHECKING:  # annotations only: the agents need no gymnasium
+    from impala.algorithm import Algorithm
     from impala.envs import EnvInfo
 
 CoreState = tuple[torch.Tensor, ...]
 
 
 class AgentOutput(NamedTuple):
-    policy_logits: torch.Tensor  # [T, B, A]
-    baseline: torch.Tensor  # [T, B]
-    action: torch.Tensor  # [T, B] int64, sampled from the policy
+    heads: dict[str, torch.Tensor]  # by the algorithm's names: [T, B, A] or [T, B]
     features: torch.Tensor  # [T, B, F] the torso's output, for the learner's health columns
 
 
@@ -39,10 +43,13 @@ class Agent(nn.Module):
     clipped reward."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True) -> None:
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True) -> None:
         super().__init__()
+        if not heads:
+            raise ValueError("an agent needs at least one head")
         self.observation_shape = tuple(observation_shape)
         self.num_actions = num_actions
+        self.head_specs = tuple(heads)
         self.action_reward_inputs = action_reward_inputs
 
     @property
@@ -64,8 +71,9 @@ class Agent(nn.Module):
         raise NotImplementedError
 
     def _build_heads(self, core_output_size: int) -> None:
-        self.policy = nn.Linear(core_output_size, self.num_actions)
-        self.baseline = nn.Linear(core_output_size, 1)
+        self.heads = nn.ModuleDict({
+            head.name: nn.Linear(core_output_size, self.num_actions if head.per_action else 1)
+            for head in self.head_specs})
 
     def forward(
         self,
@@ -94,28 +102,20 @@ class Agent(nn.Module):
                                    dim=-1)
         core_output, core_state = self.core(core_input.view(T, B, -1), done, core_state)
         core_output = core_output.flatten(0, 1)
-
-        policy_logits = self.policy(core_output)
-        baseline = self.baseline(core_output).squeeze(-1)
-        # Sampled in every mode, --mode=test too, as the paper's evaluation does.
-        action = torch.multinomial(F.softmax(policy_logits, dim=-1), num_samples=1).squeeze(-1)
-        return (
-            AgentOutput(
-                policy_logits=policy_logits.view(T, B, self.num_actions),
-                baseline=baseline.view(T, B),
-                action=action.view(T, B),
-                features=features.view(T, B, -1),
-            ),
-            core_state,
-        )
+        heads = {}
+        for spec in self.head_specs:
+            out = self.heads[spec.name](core_output)
+            heads[spec.name] = out.view(T, B, -1) if spec.per_action else out.view(T, B)
+        return AgentOutput(heads, features.view(T, B, -1)), core_state
 
 
 class MLPAgent(Agent):
     """Two tanh layers of 64 for vector observations (CartPole and friends)."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True, hidden_size: int = 64) -> None:
-        super().__init__(observation_shape, num_actions, action_reward_inputs)
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True,
+                 hidden_size: int = 64) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
         inputs = math.prod(observation_shape)
         self.mlp = nn.Sequential(
             nn.Linear(inputs, hidden_size), nn.Tanh(),
@@ -131,8 +131,8 @@ class SimpleConvNetAgent(Agent):
     """Nature-DQN convolutions (32x8s4, 64x4s2, 64x3s1) and a fully connected layer of 512."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True) -> None:
-        super().__init__(observation_shape, num_actions, action_reward_inputs)
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
         channels = observation_shape[0]
         self.convs = nn.Sequential(
             nn.Conv2d(channels, 32, kernel_size=8, stride=4), nn.ReLU(),
@@ -191,8 +191,8 @@ class ResNetAgent(Agent):
     """IMPALA deep ResNet (16, 32, 32) with an FC of 256, no recurrence."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True) -> None:
-        super().__init__(observation_shape, num_actions, action_reward_inputs)
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
         self.resnet = _ResNetTorso(observation_shape)
         self._build_heads(256 + self.extra_inputs)
 
@@ -204,8 +204,9 @@ class ResNetLSTMAgent(ResNetAgent):
     """The deep ResNet followed by an LSTM of 256 whose state is reset where `done` is set."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True, lstm_size: int = 256) -> None:
-        super().__init__(observation_shape, num_actions, action_reward_inputs)
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True,
+                 lstm_size: int = 256) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
         self.lstm = nn.LSTM(256 + self.extra_inputs, lstm_size, num_layers=1)
         self._build_heads(lstm_size)
 
@@ -223,8 +224,10 @@ class MLPLSTMAgent(MLPAgent):
     (vectors, or small images flattened), e.g. R2D2 on impala/Recall-v0."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True, hidden_size: int = 64) -> None:
-        super().__init__(observation_shape, num_actions, action_reward_inputs, hidden_size)
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True,
+                 hidden_size: int = 64) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs,
+                         hidden_size)
         self.lstm = nn.LSTM(hidden_size + self.extra_inputs, hidden_size, num_layers=1)
         self._build_heads(hidden_size)
 
@@ -264,8 +267,8 @@ def lstm_core(lstm: nn.LSTM, features: torch.Tensor, done: torch.Tensor,
 
 
 def _init_relu_torso_and_heads(agent: Agent) -> None:
-    """Orthogonal weights with gain sqrt(2) and zero biases for the ReLU layers, gain 0.01
-    for the policy head (a near-uniform first policy), 1 for the baseline head.
+    """Orthogonal weights with gain sqrt(2) and zero biases for the ReLU layers, and each
+    head's own gain (IMPALA's policy head 0.01: a near-uniform first policy).
 
     Why: under PyTorch's default init each ReLU layer shrinks the signal's variance about
     six-fold, so on Pong's near-constant screens the 512 features varied by 3e-4 from frame
@@ -277,8 +280,8 @@ def _init_relu_torso_and_heads(agent: Agent) -> None:
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
             nn.init.zeros_(module.bias)
-    nn.init.orthogonal_(agent.policy.weight, gain=0.01)
-    nn.init.orthogonal_(agent.baseline.weight, gain=1.0)
+    for spec in agent.head_specs:
+        nn.init.orthogonal_(agent.heads[spec.name].weight, gain=spec.init_gain)
 
 
 def _flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
@@ -307,12 +310,25 @@ def agent_class(name: str) -> type[Agent]:
 
 
 def create_agent(name: str, observation_shape: tuple[int, ...], num_actions: int,
-                 action_reward_inputs: bool = True) -> Agent:
-    return agent_class(name)(tuple(observation_shape), num_actions, action_reward_inputs)
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True) -> Agent:
+    return agent_class(name)(tuple(observation_shape), num_actions, heads,
+                             action_reward_inputs)
 
 
-def build_agent(name: str, env: EnvInfo, action_reward_inputs: bool = True) -> Agent:
-    """The agent `name` for an environment as envs.env_info describes it: the one way the
-    learner, every actor and evaluation build it, so their weights always fit each other
-    (`action_reward_inputs` is the algorithm's: algorithms/__init__.py)."""
-    return create_agent(name, env.observation_shape, env.num_actions, action_reward_inputs)
+def build_agent(name: str, env: EnvInfo, algorithm: Algorithm | type[Algorithm]) -> Agent:
+    """The agent `name` for an environment as envs.env_info describes it, with the
+    algorithm's heads and inputs: the one way the learner, every actor and evaluation build
+    it, so their weights always fit each other."""
+    return create_agent(name, env.observation_shape, env.num_actions, algorithm.heads,
+                        algorithm.action_reward_inputs)
+
+
+def renamed_old_heads(state: Mapping[str, torch.Tensor], names: Mapping[str, str]
+                      ) -> dict[str, torch.Tensor]:
+    """A state dict written before heads were named by algorithms (`policy.weight`, ...),
+    with each old head renamed as `names` says (`heads.<new>.weight`); others unchanged."""
+    renamed = {}
+    for key, value in state.items():
+        module, _, rest = key.partition(".")
+        renamed[f"heads.{names[module]}.{rest}" if module in names else key] = value
+    return renamed

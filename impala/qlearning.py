@@ -16,7 +16,14 @@ identity for Ape-X). Nothing here builds a graph: targets are computed under no_
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+from impala.rewards import clip_rewards
+
+if TYPE_CHECKING:  # a record of numbers; value.py imports this module, not the reverse
+    from impala.algorithms.value import ValueSettings
 
 RESCALE_EPSILON = 1e-3  # R2D2's epsilon in h(x)
 
@@ -72,6 +79,31 @@ def n_step_double_q_targets(rewards: torch.Tensor, done: torch.Tensor,
         horizon += valid.long()
     total += scale * bootstrap[starts + horizon]
     return rescale(total) if rescaled else total
+
+
+def td_errors(q_taken_from: torch.Tensor, online_q: torch.Tensor, target_q: torch.Tensor,
+              rewards: torch.Tensor, done: torch.Tensor, actions: torch.Tensor,
+              settings: ValueSettings, trained: tuple[int, int]) -> torch.Tensor:
+    """delta_t = y_t - Q(x_t, a_t) over the trained steps [first, end): [T', B].
+
+    `q_taken_from` [T+1, B, A] gives Q(x_t, a_t) (it may carry the gradient); `online_q`
+    picks the bootstrap action and `target_q` values it, both [T+1, B, A]; rewards, done,
+    actions [T+1, B] as the unroll holds them (rewards raw: clipped here as `settings`
+    says)."""
+    targets = n_step_double_q_targets(
+        clip_rewards(rewards.float(), settings.reward_clipping), done, online_q, target_q,
+        settings.discounting, settings.n_step, settings.rescaled)
+    first, end = trained
+    taken = q_taken_from[first:end].gather(-1, actions[first:end].long().unsqueeze(-1))
+    return targets[first:end] - taken.squeeze(-1)
+
+
+def epsilon_greedy(q: torch.Tensor, epsilons: torch.Tensor) -> torch.Tensor:
+    """Greedy actions in Q [N, A], except a uniformly random one with each row's epsilon
+    ([N]): [N] int64."""
+    greedy = q.argmax(dim=-1)
+    explore = torch.rand(len(greedy)) < epsilons
+    return torch.where(explore, torch.randint(q.shape[-1], (len(greedy),)), greedy)
 
 
 def trained_steps(unroll_length: int, burn_in: int, overlap: int) -> tuple[int, int]:

@@ -27,7 +27,8 @@ from impala.transport import (
     encode,
     meta_int,
 )
-from impala.unroll import MAX_COUNTER, UnrollLayout, UnrollReader
+from impala.unroll import UnrollLayout
+from impala.unroll_reader import MAX_COUNTER, UnrollReader
 
 log = logging.getLogger("learner")
 

@@ -2,7 +2,7 @@
 
 The unroll's format is unroll.py's; here it is only copied into batch columns. A batch may
 have room for replayed unrolls after its B fresh ones (the learner fills those columns from
-replay, see replay.py) and may keep each fresh unroll's stored form for replay to keep.
+replay, see mixing.py) and may keep each fresh unroll's stored form for replay to keep.
 """
 
 from __future__ import annotations
@@ -14,14 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from impala.unroll import (
-    CORE_PREFIX,
-    EpisodeStats,
-    Unroll,
-    UnrollLayout,
-    core_field,
-    write_batch_column,
-)
+from impala.unroll import CORE_PREFIX, UnrollLayout, core_field, write_batch_column
+from impala.unroll_reader import EpisodeStats, Unroll
 
 
 class Batch:
@@ -47,7 +41,7 @@ class Batch:
         self.filled = 0
         self.policy_versions: list[int] = []
         self.priorities: list[float | None] = []  # the actors', for replay
-        self.episodes = EpisodeStats([], [])
+        self.episodes = EpisodeStats.empty()
 
     def add(self, unroll: Unroll) -> None:
         """Copy one checked unroll into the next free column (the only copy it gets)."""
@@ -59,8 +53,7 @@ class Batch:
         self.filled += 1
         self.policy_versions.append(unroll.policy_version)
         self.priorities.append(unroll.priority)
-        self.episodes.returns.extend(unroll.episodes.returns)
-        self.episodes.lengths.extend(unroll.episodes.lengths)
+        self.episodes.extend(unroll.episodes)
 
     @property
     def full(self) -> bool:
@@ -70,7 +63,7 @@ class Batch:
         self.filled = 0
         self.policy_versions = []
         self.priorities = []
-        self.episodes = EpisodeStats([], [])
+        self.episodes = EpisodeStats.empty()
 
     def columns(self, count: int) -> dict[str, torch.Tensor]:
         """Views of the first `count` columns: steps [T+1, count, ...], core [L, count, H]."""

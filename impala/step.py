@@ -1,27 +1,35 @@
-"""One learner update: the algorithm's loss, backward, and the backend's averaging,
-clipping and optimizer step. No sockets, no processes, no clocks."""
+"""One optimizer step: the algorithm's loss, backward, and the backend's averaging,
+clipping and step; and the torso's health. No sockets, no processes, no clocks."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
-from impala.algorithms import Learning
+from impala.algorithm import Learning, LossResult
 from impala.distributed import Backend
 from impala.nets import Agent
 
 
+class StepResult(NamedTuple):
+    loss: LossResult
+    grad_norm: float  # of the averaged gradient, before clipping
+
+    @property
+    def skipped(self) -> bool:
+        """Not applied: the loss or the averaged gradient was not finite (on every rank)."""
+        return not math.isfinite(self.grad_norm)
+
+
 def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
-               learning: Learning, max_grad_norm: float) -> dict[str, Any]:
-    """One update on a batch of `[T+1, B, ...]` tensors (observation, last_action, reward,
-    done, action, the algorithm's head field; with replay also `importance_weight` and
-    `replayed`, [B]); returns the logged scalars, `skipped` 1.0 when the update was not
-    applied because the loss or the averaged gradient was not finite, and `unroll_errors`
-    ([B] array, not a scalar: each unroll's error, its replay priority)."""
+               learning: Learning, max_grad_norm: float) -> StepResult:
+    """One step on a batch of `[T+1, B, ...]` tensors (observation, last_action, reward,
+    done, action, what the algorithm records; with replay also `importance_weight` and
+    `replayed`, [B])."""
     result = learning.loss(model, batch, core_state)
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
     # A non-finite loss on this rank must stop the update on every rank: times NaN, every
@@ -30,11 +38,7 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
     loss = result.total_loss
     loss = loss * torch.where(torch.isfinite(loss), 1.0, float("nan"))
     loss.backward()
-    grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
-    return {"total_loss": result.total_loss.item(), **result.scalars,
-            "grad_norm": grad_norm, "skipped": float(not math.isfinite(grad_norm)),
-            "unroll_errors": result.column_errors.cpu().numpy(),
-            **torso_health(result.features)}
+    return StepResult(result, backend.apply_gradients(model, optimizer, max_grad_norm))
 
 
 def torso_health(features: torch.Tensor) -> dict[str, float]:

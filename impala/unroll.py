@@ -2,8 +2,9 @@
 
 An unroll holds T+1 steps of one environment; step 0 repeats the last step of the previous
 unroll. Per step it has the environment's output (observation, reward on arrival, done =
-"this step starts a new episode", last_action) and the agent's output on it (action,
-policy_logits), plus the agent's core state before step 0.
+"this step starts a new episode", last_action) and the agent's output on it (the action,
+and the [A] floats the algorithm records beside it, under the algorithm's name:
+`layout.recorded`), plus the agent's core state before step 0.
 
 Three forms, all derived from `UnrollLayout`:
 - **stored** (`layout.schema()`): a self-contained unroll. With frame stacking (Atari) the
@@ -14,21 +15,22 @@ Three forms, all derived from `UnrollLayout`:
 - **batch column** (`layout.batch_fields()`): what the learner trains on, observations
   rebuilt as `[T+1, S, H, W]` stacks by `write_batch_column`.
 
-Actors use `UnrollWriter`; learners use `UnrollReader` (values checked, stream continued)
-and `write_batch_column`; replay stores the stored form. Nothing else knows the layout.
+Actors use `UnrollWriter`; learners use `unroll_reader.UnrollReader` (values checked,
+stream continued) and `write_batch_column`; replay stores the stored form. Nothing else
+knows the layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from impala.framestack import FrameStreams, rebuild_stacks, stack_indices
-from impala.transport import FieldSpec, Message, WireError, encode, meta_int
+from impala.framestack import rebuild_stacks, stack_indices
+from impala.transport import FieldSpec, encode
 
 if TYPE_CHECKING:  # annotations only: the layout needs neither gymnasium nor the nets
     from impala.envs import EnvInfo
@@ -46,8 +48,6 @@ REWARD = "reward"
 DONE = "done"
 LAST_ACTION = "last_action"
 ACTION = "action"
-POLICY_LOGITS = "policy_logits"  # IMPALA's action head: the logits the actor sampled from
-Q_VALUES = "q_values"  # Ape-X's and R2D2's: the action-values the actor was greedy in
 CORE_PREFIX = "core_"
 
 # Fields that exist only in the stored and wire forms: the batch rebuilds `observation`.
@@ -59,16 +59,8 @@ EPISODE_RETURNS = "episode_returns"
 EPISODE_LENGTHS = "episode_lengths"
 STREAM = "stream"
 SEQ = "seq"
-PRIORITY = "priority"  # Ape-X/R2D2: the replay priority the actor computed
-
-# Sane ranges for what an unroll's meta may carry: a policy version and a stream's sequence
-# number stay exact as float64; an episode's length and |return| stay far from overflow.
-MAX_COUNTER = (1 << 53) - 1
-MAX_EPISODE_LENGTH = (1 << 31) - 1
-MAX_ABS_RETURN = 1e12
-MAX_STREAMS_PER_ACTOR = 1 << 16
-MAX_PRIORITY = 1e9
-
+PRIORITY = "priority"  # the replay priority the actor computed, where the algorithm does
+EPSILON = "epsilon"  # the environment's exploration epsilon, where the algorithm has one
 
 def core_field(k: int) -> str:
     return f"{CORE_PREFIX}{k}"
@@ -81,21 +73,21 @@ class UnrollLayout:
     observation_dtype: str
     num_actions: int
     core_shapes: tuple[tuple[int, ...], ...]  # per core tensor, without the batch dim
+    recorded: str  # the algorithm's name for the [A] floats recorded beside each action
     frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
-    head_field: str = POLICY_LOGITS  # what the algorithm records beside each action [A]
     overlap: int = 1  # steps an unroll shares with the previous one of its environment
 
     @classmethod
-    def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent,
-                  head_field: str = POLICY_LOGITS, overlap: int = 1) -> UnrollLayout:
-        """The one derivation of the layout, used by actors and learners alike (the head
-        field and overlap are the algorithm's: algorithms/__init__.py)."""
+    def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent, recorded: str,
+                  overlap: int = 1) -> UnrollLayout:
+        """The one derivation of the layout, used by actors and learners alike (what is
+        recorded, and the overlap, are the algorithm's: impala/algorithm.py)."""
         if not 1 <= overlap <= unroll_length:
             raise ValueError(f"unrolls of {unroll_length} steps cannot overlap by {overlap}")
         return cls(unroll_length=unroll_length, observation_shape=env.observation_shape,
                    observation_dtype=env.observation_dtype.name, num_actions=env.num_actions,
-                   core_shapes=core_shapes_of(agent.initial_state(1)),
-                   frame_stack=env.frame_stack, head_field=head_field, overlap=overlap)
+                   core_shapes=core_shapes_of(agent.initial_state(1)), recorded=recorded,
+                   frame_stack=env.frame_stack, overlap=overlap)
 
     @property
     def core_names(self) -> list[str]:
@@ -124,7 +116,7 @@ class UnrollLayout:
             DONE: FieldSpec("bool", (steps,)),
             LAST_ACTION: FieldSpec("int64", (steps,)),
             ACTION: FieldSpec("int64", (steps,)),
-            self.head_field: FieldSpec("float32", (steps, self.num_actions)),
+            self.recorded: FieldSpec("float32", (steps, self.num_actions)),
         }
         for name, shape in zip(self.core_names, self.core_shapes, strict=True):
             fields[name] = FieldSpec("float32", shape)
@@ -161,6 +153,16 @@ def write_batch_column(stored: dict[str, np.ndarray], batch: dict[str, np.ndarra
 
 # ---------------------------------------------------------------------------- actor side
 @dataclass
+class RecordedSteps:
+    """An actor's unroll as recorded, time-major views for its exploration's priorities."""
+
+    reward: np.ndarray  # [T+1, N] float32
+    done: np.ndarray  # [T+1, N] bool
+    action: np.ndarray  # [T+1, N] int64
+    recorded: np.ndarray  # [T+1, N, A] float32: what the algorithm recorded
+
+
+@dataclass
 class EnvStep:
     """The current environment output for all N envs, each with a leading [N]."""
 
@@ -184,7 +186,7 @@ class UnrollWriter:
         self.sets_sent = 0  # `seq` of the next unroll of each env's stream
         self.streams_open = False  # the learner holds the last stack of every env's stream
 
-    def record(self, t: int, step: EnvStep, actions: np.ndarray, head: np.ndarray) -> None:
+    def record(self, t: int, step: EnvStep, actions: np.ndarray, recorded: np.ndarray) -> None:
         """Step t of every env: its environment output, the actions chosen on it [N] and
         what the algorithm records beside them [N, A]."""
         b = self.buffers
@@ -200,7 +202,13 @@ class UnrollWriter:
         b[DONE][:, t] = step.done
         b[LAST_ACTION][:, t] = step.last_action
         b[ACTION][:, t] = actions
-        b[self.layout.head_field][:, t] = head
+        b[self.layout.recorded][:, t] = recorded
+
+    def recorded_steps(self) -> RecordedSteps:
+        """The unroll recorded so far, time-major (views: valid until the next record)."""
+        b = self.buffers
+        return RecordedSteps(*(b[name].swapaxes(0, 1)
+                               for name in (REWARD, DONE, ACTION, self.layout.recorded)))
 
     def shift(self) -> None:
         """Start the next unroll with the last `overlap` steps of this one (steps 0..k-1):
@@ -228,10 +236,12 @@ class UnrollWriter:
 
     def messages(self, sender: str, policy_version: int,
                  finished: Sequence[Sequence[tuple[float, int]]],
-                 priorities: np.ndarray | None = None) -> Iterator[list[Any]]:
+                 priorities: np.ndarray | None = None,
+                 epsilons: np.ndarray | None = None) -> Iterator[list[Any]]:
         """One encoded message per environment (call `sent()` once all went out);
         `finished[i]`: the (return, length) of the episodes env i ended since its last;
-        `priorities[i]`: env i's replay priority, where the algorithm computes one."""
+        `priorities[i]`: env i's replay priority, where the algorithm computes one;
+        `epsilons[i]`: env i's exploration epsilon, where the algorithm has one."""
         continued = self.streams_open
         kind = UNROLL_CONTINUED if continued else UNROLL
         for i, episodes in enumerate(finished):
@@ -245,132 +255,10 @@ class UnrollWriter:
                     STREAM: i, SEQ: self.sets_sent}
             if priorities is not None:
                 meta[PRIORITY] = float(priorities[i])
+            if epsilons is not None:
+                meta[EPSILON] = float(epsilons[i])
             yield encode(kind, sender, arrays, **meta)
 
     def sent(self) -> None:
         self.sets_sent += 1
         self.streams_open = bool(self.layout.frame_stack)
-
-
-# -------------------------------------------------------------------------- learner side
-@dataclass
-class EpisodeStats:
-    returns: list[float]
-    lengths: list[int]
-
-
-@dataclass
-class Unroll:
-    """A checked unroll in its stored form (arrays are views of the message or of the
-    reader's frame pool: copy them before the next `read`)."""
-
-    arrays: dict[str, np.ndarray]
-    sender: str
-    policy_version: int
-    episodes: EpisodeStats
-    stream_key: Hashable | None = None
-    seq: int = 0
-    priority: float | None = None  # the actor's, where the algorithm has actors compute it
-
-
-class UnrollReader:
-    """Learner side: checks an unroll's meta and values and continues its frame stream.
-
-    `read` returns the unroll in its stored form or raises WireError (malformed: drop and
-    count) or StreamGap (the stream cannot go on: ask the actor to restart it). Once the
-    unroll is kept, `kept` remembers its stream's last stack for the next one."""
-
-    def __init__(self, layout: UnrollLayout, max_streams: int = 4096) -> None:
-        self.layout = layout
-        self.schemas = {UNROLL: layout.schema()}
-        self.streams: FrameStreams | None = None
-        if layout.frame_stack:
-            self.schemas[UNROLL_CONTINUED] = layout.schema(continued=True)
-            stack, *frame_shape = layout.observation_shape
-            self.streams = FrameStreams(layout.unroll_length, stack, tuple(frame_shape),
-                                        layout.observation_dtype, max_streams, layout.overlap)
-
-    def read(self, peer: Hashable, message: Message) -> Unroll:
-        """`peer`: who sent it, as the transport knows (not as the sender claims)."""
-        version, episodes = parse_unroll_meta(message,
-                                              max_episodes=self.layout.unroll_length + 1)
-        check_unroll_values(message.arrays, self.layout.num_actions)
-        unroll = Unroll(message.arrays, message.sender, version, episodes,
-                        priority=parse_priority(message))
-        if self.streams is not None:
-            stream, unroll.seq = parse_stream_meta(message)
-            unroll.stream_key = (peer, stream)
-            if message.kind == UNROLL_CONTINUED:
-                unroll.arrays[FRAMES] = self.streams.continued(
-                    unroll.stream_key, unroll.seq, message.arrays[FRAMES])
-        return unroll
-
-    def kept(self, unroll: Unroll) -> None:
-        if self.streams is not None:
-            self.streams.remember(unroll.stream_key, unroll.seq, unroll.arrays[FRAMES],
-                                  unroll.arrays[EPISODE_START])
-
-    def forget(self, peer: Hashable) -> None:
-        if self.streams is not None:
-            self.streams.forget(peer)
-
-
-def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, EpisodeStats]:
-    """(policy_version, finished-episode statistics) from an unroll's meta, validated."""
-    meta = message.meta
-    version = meta_int(meta, POLICY_VERSION, 0, MAX_COUNTER)
-    returns = meta.get(EPISODE_RETURNS, [])
-    lengths = meta.get(EPISODE_LENGTHS, [])
-    if not (isinstance(returns, list) and isinstance(lengths, list)
-            and len(returns) == len(lengths) <= max_episodes
-            and all(_is_sane_return(r) for r in returns)
-            and all(isinstance(n, int) and not isinstance(n, bool)
-                    and 0 <= n <= MAX_EPISODE_LENGTH for n in lengths)):
-        raise WireError(f"meta.{EPISODE_RETURNS}/{EPISODE_LENGTHS} must be equal-length "
-                        f"lists of at most {max_episodes} returns (|r| <= {MAX_ABS_RETURN:g}) "
-                        f"and lengths (0..{MAX_EPISODE_LENGTH})")
-    return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths])
-
-
-def parse_priority(message: Message) -> float | None:
-    """The actor's replay priority, if it sent one: a finite number in [0, MAX_PRIORITY]."""
-    value = message.meta.get(PRIORITY)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            0 <= value <= MAX_PRIORITY):  # NaN fails the comparison too
-        raise WireError(f"meta.{PRIORITY} must be a number in [0, {MAX_PRIORITY:g}], "
-                        f"got {value!r}")
-    return float(value)
-
-
-def _is_sane_return(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    # Compared before any float conversion: float() of a 400-digit integer overflows.
-    return -MAX_ABS_RETURN <= value <= MAX_ABS_RETURN
-
-
-def parse_stream_meta(message: Message) -> tuple[int, int]:
-    """(stream, seq) of a frame-stacked unroll: which env of its actor, which unroll of it."""
-    return (meta_int(message.meta, STREAM, 0, MAX_STREAMS_PER_ACTOR - 1),
-            meta_int(message.meta, SEQ, 0, MAX_COUNTER))
-
-
-def check_unroll_values(arrays: dict[str, np.ndarray], num_actions: int) -> None:
-    """Refuse values no environment or agent produces (WireError naming the field).
-
-    The decoder has checked names, dtypes and shapes; these are the values the learner
-    would index with (actions), do arithmetic on (floats) or branch on (flags). A NaN
-    reward or an action out of range would crash or poison an update.
-    """
-    for name in (ACTION, LAST_ACTION):
-        values = arrays[name]
-        if values.min() < 0 or values.max() >= num_actions:
-            raise WireError(f"field {name!r}: values must lie in [0, {num_actions}), got "
-                            f"[{values.min()}, {values.max()}]")
-    for name, values in arrays.items():
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
-            raise WireError(f"field {name!r}: NaN or infinite values")
-        if values.dtype == np.bool_ and values.view(np.uint8).max(initial=0) > 1:
-            raise WireError(f"field {name!r}: booleans must be bytes 0 or 1")

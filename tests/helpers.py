@@ -17,11 +17,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from impala.registry import builtin_presets
+
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = str(ROOT / "experiment.py")
+# Every built-in preset's values, by preset name (each algorithm declares its own).
+PRESETS = {name: dict(preset.values) for name, preset in builtin_presets().items()}
 
 # CartPole as a user runs it: the level and the agent; every other setting is the
-# classic preset's (impala/config.py).
+# classic preset's (impala/algorithms/impala.py).
 CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_interval_s=2"]
 # Runs of the same command differ (actor processes race the learner, so batches and policy
 # lag differ): alone on the 2-core machine the defaults reached 475 at 186K-252K frames in

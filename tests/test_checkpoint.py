@@ -4,16 +4,17 @@ import pytest
 import torch
 
 from impala import checkpoint
+from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.nets import create_agent
 
 
 def make(tmp_path, **flags):
     cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", **flags)
-    model = create_agent("MLPAgent", (4,), 2)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=0.01)
     model(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1),
-          torch.zeros(1, 1, dtype=torch.bool))[0].baseline.sum().backward()
+          torch.zeros(1, 1, dtype=torch.bool))[0].heads["baseline"].sum().backward()
     optimizer.step()
     path = tmp_path / "checkpoint.pt"
     checkpoint.save(path, model, optimizer, {"frames": 1000, "updates": 5},
@@ -24,7 +25,7 @@ def make(tmp_path, **flags):
 def test_round_trip(tmp_path):
     cfg, model, path = make(tmp_path)
     state = checkpoint.load(path, cfg.to_dict())
-    fresh = create_agent("MLPAgent", (4,), 2)
+    fresh = create_agent("MLPAgent", (4,), 2, Impala.heads)
     checkpoint.restore_model(fresh, state, path)
     for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
         assert torch.equal(a, b)

@@ -134,5 +134,5 @@ def test_kept_episodes_files_are_overlaid_beside_run_directories(tmp_path, capsy
     not_episodes.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit):
         main([str(not_episodes), f"--out={out}"])
-    assert f"nor an episodes CSV (columns time, frames, episode_return, episode_length): " \
-           f"{not_episodes}" in capsys.readouterr().err
+    assert (f"nor an episodes CSV (columns time, frames, episode_return, episode_length, "
+            f"epsilon): {not_episodes}") in capsys.readouterr().err

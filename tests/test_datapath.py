@@ -125,7 +125,8 @@ def test_batches_hold_exactly_what_the_actor_saw_and_did():
                               torch.from_numpy(arrays["reward"][:, column:column + 1]),
                               torch.from_numpy(arrays["done"][:, column:column + 1]))
         np.testing.assert_allclose(arrays["policy_logits"][:, column],
-                                   output.policy_logits[:, 0].numpy(), rtol=1e-4, atol=1e-5,
+                                   output.heads["policy_logits"][:, 0].numpy(), rtol=1e-4,
+                                   atol=1e-5,
                                    err_msg=f"behaviour logits, {where}")
         checked_steps += len(truth)
     assert checked_steps == batches_wanted * batch_size * (T + 1)

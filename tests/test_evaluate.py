@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impala.algorithms import build_algorithm
 from impala.config import Config
 from impala.envs import create_env, env_info
 from impala.evaluate import play_episodes
+from impala.nets import build_agent
+from impala.registry import build_algorithm
 
 
 @pytest.mark.parametrize("algorithm,agent", [("apex", "MLPAgent"), ("r2d2", "MLPLSTMAgent")])
@@ -19,7 +20,7 @@ def test_episodes_side_by_side_end_as_each_would_alone(algorithm, agent):
     cfg = Config(level_name="CartPole-v1", agent_name=agent, algorithm=algorithm)
     torch.manual_seed(0)
     env = create_env(cfg.env_settings)
-    model = build_algorithm(cfg).build_agent(agent, env_info(env, cfg.env_settings)).eval()
+    model = build_agent(agent, env_info(env, cfg.env_settings), build_algorithm(cfg)).eval()
     seeds = list(range(10, 15))
     together = play_episodes(model, build_algorithm(cfg),
                              [create_env(cfg.env_settings) for _ in seeds], seeds)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from impala.algorithms.impala import ImpalaLearning
+from impala.algorithms.impala import Impala, ImpalaLearning
 from impala.config import Config
 from impala.distributed import SingleLearner
 from impala.learner import Learner
@@ -38,7 +38,7 @@ from tests.test_streams import serving
 
 T = 20
 LAYOUT = UnrollLayout(unroll_length=T, observation_shape=(4,), observation_dtype="float32",
-                      num_actions=2, core_shapes=())
+                      num_actions=2, core_shapes=(), recorded=Impala.recorded)
 GOOD_REWARD = 0.5  # marks the good unroll sent after each hostile one
 
 
@@ -196,7 +196,7 @@ def test_a_learner_whose_receiver_dies_exits_with_an_error_and_keeps_its_checkpo
 
 def test_a_non_finite_loss_skips_the_update_and_leaves_the_parameters_alone():
     torch.manual_seed(0)
-    model = create_agent("MLPAgent", (4,), 2)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     optimizer = RMSpropTF(model.parameters(), lr=0.01)
     batch = {name: torch.from_numpy(a[:, None].copy()) for name, a in good_arrays().items()}
     settings = LossSettings(discounting=0.99, baseline_cost=0.5, entropy_cost=0.01,
@@ -204,11 +204,11 @@ def test_a_non_finite_loss_skips_the_update_and_leaves_the_parameters_alone():
     before = [p.detach().clone() for p in model.parameters()]
     batch["reward"][3] = 3e38  # finite on the wire; its square in the baseline loss is not
     stats = learn_step(model, optimizer, SingleLearner(), batch, (), ImpalaLearning(settings), 40.0)
-    assert stats["skipped"] == 1.0 and not np.isfinite(stats["grad_norm"])
+    assert stats.skipped and not np.isfinite(stats.grad_norm)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     batch["reward"][3] = 1.0
     stats = learn_step(model, optimizer, SingleLearner(), batch, (), ImpalaLearning(settings), 40.0)
-    assert stats["skipped"] == 0.0 and np.isfinite(stats["grad_norm"])
+    assert not stats.skipped and np.isfinite(stats.grad_norm)
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 

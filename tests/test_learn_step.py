@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import torch
 
-from impala.algorithms.impala import ImpalaLearning
+from impala.algorithms.impala import Impala, ImpalaLearning
 from impala.distributed import SingleLearner, clip_and_norm
 from impala.learner import Control
 from impala.losses import LossSettings
@@ -38,16 +38,18 @@ def batch(seed: int = 0) -> dict[str, torch.Tensor]:
 
 def test_a_step_moves_every_parameter_and_reports_finite_scalars():
     torch.manual_seed(0)
-    model = create_agent("MLPAgent", (4,), 2)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     optimizer = RMSpropTF(model.parameters(), lr=0.01)
     before = [p.detach().clone() for p in model.parameters()]
     stats = learn_step(model, optimizer, SingleLearner(), batch(), (), ImpalaLearning(SETTINGS),
                        40.0)
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
-    assert stats["skipped"] == 0.0
-    for name in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm",
-                 "feature_std", "dead_features"):
-        assert np.isfinite(stats[name]), name
+    assert not stats.skipped and np.isfinite(stats.grad_norm)
+    assert np.isfinite(stats.loss.total_loss.item())
+    for name in ("pg_loss", "baseline_loss", "entropy"):
+        assert np.isfinite(stats.loss.scalars[name]), name
+    for value in torso_health(stats.loss.features).values():
+        assert np.isfinite(value)
 
 
 def test_torso_health_tells_dead_and_constant_features_from_live_ones():
@@ -85,7 +87,7 @@ def test_the_torso_watch_warns_of_a_dying_torso_once_and_then_of_a_dead_one():
 
 
 def test_no_gradient_flows_into_the_behaviour_logits():
-    model = create_agent("MLPAgent", (4,), 2)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     data = batch()
     data["policy_logits"].requires_grad_(True)
     learn_step(model, RMSpropTF(model.parameters(), lr=0.01), SingleLearner(), data, (),
@@ -94,7 +96,7 @@ def test_no_gradient_flows_into_the_behaviour_logits():
 
 
 def test_the_clip_scales_to_the_limit_and_reports_the_norm_before():
-    model = create_agent("MLPAgent", (4,), 2)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     for p in model.parameters():
         p.grad = torch.full_like(p, 3.0)
     expected = 3.0 * np.sqrt(sum(p.numel() for p in model.parameters()))

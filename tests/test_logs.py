@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 
 from impala import logs
+from impala.algorithm import StatusItem
 from impala.logs import CsvLog, redact
 
 
@@ -38,7 +39,8 @@ def test_a_resumed_run_appends_under_the_header_already_there(tmp_path):
 def test_the_status_line_reads_a_row_and_shows_what_is_missing_as_n_a():
     row = {"frames": 1_200_000.0, "sps": 1850.4, "mean_episode_return": -20.14,
            "episodes": 12.0, "policy_lag": 4.06, "total_loss": 3.21}
-    line = logs.status_line(row, 10_000_000, elapsed_s=100.0, start_frames=200_000.0)
+    line = logs.status_line(row, 10_000_000, elapsed_s=100.0, start_frames=200_000.0,
+                            items=[StatusItem("loss", "total_loss")])
     # 1M frames in 100 s: the remaining 8.8M take 880 s.
     assert line == ("frames 1.20M/10.00M (12.0%) | ETA 14m40s | SPS 1,850 | return -20.1 "
                     "(12 eps) | lag 4.1 | loss 3.21")

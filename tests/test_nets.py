@@ -1,13 +1,17 @@
-"""Agents: shapes, the LSTM reset on `done`, determinism, lookup by name."""
+"""Agents: shapes, heads by the algorithm's names, the LSTM reset on `done`, determinism,
+lookup by name."""
 
 import pytest
 import torch
 from torch import nn
 
 from impala import nets
+from impala.algorithm import Head
 from impala.envs import random_play_observations
 
 ATARI = (4, 84, 84)
+# Heads as an algorithm would name them: the agents know no algorithm's names.
+HEADS = (Head("logits", per_action=True, init_gain=0.01), Head("value", per_action=False))
 
 
 def inputs(T, B, obs_shape, dtype=torch.uint8):
@@ -28,12 +32,11 @@ def inputs(T, B, obs_shape, dtype=torch.uint8):
 @pytest.mark.parametrize("T", [1, 3])
 def test_output_shapes(name, obs_shape, dtype, T):
     B, A = 2, 6
-    agent = nets.create_agent(name, obs_shape, A)
+    agent = nets.create_agent(name, obs_shape, A, HEADS)
     output, state = agent(*inputs(T, B, obs_shape, dtype), agent.initial_state(B))
-    assert output.policy_logits.shape == (T, B, A)
-    assert output.baseline.shape == (T, B)
-    assert output.action.shape == (T, B) and output.action.dtype == torch.int64
-    assert ((output.action >= 0) & (output.action < A)).all()
+    assert list(output.heads) == ["logits", "value"]
+    assert output.heads["logits"].shape == (T, B, A)
+    assert output.heads["value"].shape == (T, B)
     if name == "ResNetLSTMAgent":
         assert [s.shape for s in state] == [(1, B, 256), (1, B, 256)]
     else:
@@ -42,7 +45,7 @@ def test_output_shapes(name, obs_shape, dtype, T):
 
 def test_lstm_state_resets_where_done_is_set():
     torch.manual_seed(0)
-    agent = nets.create_agent("ResNetLSTMAgent", (1, 24, 24), 3)
+    agent = nets.create_agent("ResNetLSTMAgent", (1, 24, 24), 3, HEADS)
     observation, last_action, reward, done = inputs(1, 2, (1, 24, 24))
     nonzero = tuple(torch.randn_like(s) for s in agent.initial_state(2))
     done[0, 0] = True  # env 0 starts a new episode, env 1 continues
@@ -50,14 +53,14 @@ def test_lstm_state_resets_where_done_is_set():
         from_state, _ = agent(observation, last_action, reward, done, nonzero)
         from_zero, _ = agent(observation, last_action, reward, done, agent.initial_state(2))
     # Env 0 ignores the carried state; env 1 does not.
-    torch.testing.assert_close(from_state.policy_logits[:, 0], from_zero.policy_logits[:, 0])
-    assert not torch.allclose(from_state.policy_logits[:, 1], from_zero.policy_logits[:, 1])
+    torch.testing.assert_close(from_state.heads["logits"][:, 0], from_zero.heads["logits"][:, 0])
+    assert not torch.allclose(from_state.heads["logits"][:, 1], from_zero.heads["logits"][:, 1])
 
 
 def test_lstm_reset_inside_an_unroll():
     """A done at step 2 of 3 makes steps 2.. independent of everything before."""
     torch.manual_seed(0)
-    agent = nets.create_agent("ResNetLSTMAgent", (1, 24, 24), 3)
+    agent = nets.create_agent("ResNetLSTMAgent", (1, 24, 24), 3, HEADS)
     observation, last_action, reward, done = inputs(3, 1, (1, 24, 24))
     done[2, 0] = True
     other = observation.clone()
@@ -65,8 +68,8 @@ def test_lstm_reset_inside_an_unroll():
     with torch.no_grad():
         a, _ = agent(observation, last_action, reward, done, agent.initial_state(1))
         b, _ = agent(other, last_action, reward, done, agent.initial_state(1))
-    torch.testing.assert_close(a.policy_logits[2], b.policy_logits[2])
-    assert not torch.allclose(a.policy_logits[1], b.policy_logits[1])
+    torch.testing.assert_close(a.heads["logits"][2], b.heads["logits"][2])
+    assert not torch.allclose(a.heads["logits"][1], b.heads["logits"][1])
 
 
 def lstm_step_by_step(lstm, features, done, core_state):
@@ -110,21 +113,20 @@ def test_the_lstm_run_by_stretches_equals_one_step_at_a_time(episode_starts):
 def test_deterministic_under_a_seed():
     def build_and_run():
         torch.manual_seed(42)
-        agent = nets.create_agent("SimpleConvNetAgent", ATARI, 4)
+        agent = nets.create_agent("SimpleConvNetAgent", ATARI, 4, HEADS)
         torch.manual_seed(7)
         return agent(*inputs(2, 3, ATARI))[0]
 
     first, second = build_and_run(), build_and_run()
-    torch.testing.assert_close(first.policy_logits, second.policy_logits)
-    assert torch.equal(first.action, second.action)
+    torch.testing.assert_close(first.heads["logits"], second.heads["logits"])
 
 
 def test_uint8_observations_are_scaled_inside_the_net():
-    agent = nets.create_agent("SimpleConvNetAgent", ATARI, 4)
+    agent = nets.create_agent("SimpleConvNetAgent", ATARI, 4, HEADS)
     observation, *rest = inputs(1, 1, ATARI)
     with torch.no_grad():
-        from_uint8 = agent(observation, *rest)[0].policy_logits
-        from_float = agent(observation.float() / 255.0, *rest)[0].policy_logits
+        from_uint8 = agent(observation, *rest)[0].heads["logits"]
+        from_float = agent(observation.float() / 255.0, *rest)[0].heads["logits"]
     torch.testing.assert_close(from_uint8, from_float)
 
 
@@ -136,7 +138,7 @@ def test_lookup_is_case_insensitive_and_lists_valid_names():
 
 
 def test_wrong_observation_rank_is_a_clear_error():
-    agent = nets.create_agent("MLPAgent", (4,), 2)
+    agent = nets.create_agent("MLPAgent", (4,), 2, HEADS)
     with pytest.raises(ValueError, match=r"observation must be \[T, B"):
         agent(torch.zeros(3, 4), torch.zeros(3, dtype=torch.long), torch.zeros(3),
               torch.zeros(3, dtype=torch.bool))
@@ -148,7 +150,7 @@ def test_a_new_conv_agent_sees_the_game_and_starts_near_uniform():
     Pong was not learned for 9M frames; the ReLU-preserving init gives ~8e-3. The policy
     head starts near uniform so no action is favoured before any learning."""
     torch.manual_seed(0)
-    agent = nets.create_agent("SimpleConvNetAgent", (4, 84, 84), 6)
+    agent = nets.create_agent("SimpleConvNetAgent", (4, 84, 84), 6, HEADS)
     frames = torch.from_numpy(random_play_observations("PongNoFrameskip-v4", 100, seed=3))
     with torch.no_grad():
         features = agent.torso(frames.float() / 255.0)
@@ -156,7 +158,7 @@ def test_a_new_conv_agent_sees_the_game_and_starts_near_uniform():
         output, _ = agent(frames[:, None], steps.long(), steps, steps.bool())
     variation = features.std(dim=0).mean().item()
     assert variation > 2e-3, f"features barely change between Pong frames: {variation:.2e}"
-    probabilities = torch.softmax(output.policy_logits, dim=-1)
+    probabilities = torch.softmax(output.heads["logits"], dim=-1)
     assert (probabilities - 1 / 6).abs().max() < 0.01
 
 
@@ -173,10 +175,28 @@ def test_without_action_reward_inputs_the_agent_sees_only_its_observations(name,
     observation, last_action, reward, done = inputs(2, 3, obs_shape, dtype)
     other_action, other_reward = torch.ones_like(last_action), torch.ones_like(reward)
     for action_reward_inputs in (False, True):
-        agent = nets.create_agent(name, obs_shape, 2, action_reward_inputs)
+        agent = nets.create_agent(name, obs_shape, 2, HEADS, action_reward_inputs)
         with torch.no_grad():
             a, _ = agent(observation, last_action, reward, done, agent.initial_state(3))
             b, _ = agent(observation, other_action, other_reward, done, agent.initial_state(3))
-        same = torch.equal(a.policy_logits, b.policy_logits) and torch.equal(a.baseline,
-                                                                           b.baseline)
+        same = all(torch.equal(a.heads[head], b.heads[head]) for head in a.heads)
         assert same is not action_reward_inputs
+
+
+def test_a_state_dict_from_before_named_heads_loads_under_the_algorithms_names():
+    """Checkpoints written before heads were named by algorithms hold `policy.*` and
+    `baseline.*`; each algorithm says which of its heads they were."""
+    agent = nets.create_agent("MLPAgent", (4,), 2, HEADS)
+    old = {key.replace("heads.logits.", "policy.").replace("heads.value.", "baseline."): value
+           for key, value in agent.state_dict().items()}
+    assert "policy.weight" in old and "baseline.bias" in old
+    renamed = nets.renamed_old_heads(old, {"policy": "logits", "baseline": "value"})
+    fresh = nets.create_agent("MLPAgent", (4,), 2, HEADS)
+    fresh.load_state_dict(renamed)
+    for key, value in agent.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+
+
+def test_an_agent_needs_a_head():
+    with pytest.raises(ValueError, match="at least one head"):
+        nets.create_agent("MLPAgent", (4,), 2, ())

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from impala.algorithms.apex import ApeX
 from impala.envs import EnvSettings, create_env
 from impala.rollout import Batch
 from impala.transport import decode
@@ -15,12 +16,11 @@ from impala.unroll import (
     ACTION,
     DONE,
     OBSERVATION,
-    Q_VALUES,
     EnvStep,
     UnrollLayout,
-    UnrollReader,
     UnrollWriter,
 )
+from impala.unroll_reader import UnrollReader
 
 LEVEL = "impala/DelayedCue-v0"  # frame-stacked, resets every 30 steps
 
@@ -52,7 +52,7 @@ def test_overlapping_unrolls_rebuild_every_step_exactly(unroll_length, overlap):
     envs = [create_env(EnvSettings(LEVEL), seed=i) for i in range(num_envs)]
     layout = UnrollLayout(unroll_length=unroll_length, observation_shape=(4, 36, 36),
                           observation_dtype="uint8", num_actions=3, core_shapes=(),
-                          frame_stack=4, head_field=Q_VALUES, overlap=overlap)
+                          recorded=ApeX.recorded, frame_stack=4, overlap=overlap)
     writer, reader = UnrollWriter(layout, num_envs), UnrollReader(layout)
     schemas = dict(reader.schemas)
     steps = unroll_length + 1
@@ -92,5 +92,6 @@ def test_an_unroll_cannot_overlap_by_more_than_its_length():
     from impala.nets import create_agent
 
     with pytest.raises(ValueError, match="cannot overlap"):
-        UnrollLayout.for_agent(5, agent_env, create_agent("MLPAgent", (4,), 2), Q_VALUES, 6)
+        UnrollLayout.for_agent(5, agent_env, create_agent("MLPAgent", (4,), 2, ApeX.heads),
+                               ApeX.recorded, 6)
     torch.manual_seed(0)

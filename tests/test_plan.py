@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from impala.config import Config
+from impala.config import Config, config_of
 from impala.launcher.cluster import read_cluster_csv
 from impala.launcher.plan import (
     PROJECT_ROOT,
@@ -29,7 +29,8 @@ CSV = (HEADER
 def plan_of(tmp_path, **flags):
     path = tmp_path / "hosts.csv"
     path.write_text(CSV)
-    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", logdir="runs", **flags)
+    cfg = config_of({"level_name": "CartPole-v1", "agent_name": "MLPAgent", "logdir": "runs",
+                     **flags})
     opts = FrontendOptions(workers_csv_path=str(path), ssh_config=str(tmp_path / "none"))
     (tmp_path / "none").write_text("")
     workers = read_cluster_csv(path)

@@ -12,13 +12,16 @@ import torch
 import torch.nn.functional as F
 
 from impala import losses
-from impala.config import Config, parse_config
-from impala.laser import UnrollReplay, replayed_count
+from impala.algorithms.impala import Impala
+from impala.config import NO_PRESET, Config, preset_defaults
+from impala.flags import parse_config
+from impala.mixing import UnrollReplay, replayed_count
 from impala.replay import ReplayMemory, SumTree
 from impala.rollout import Batch
 from impala.settings import ReplaySchedule
 from impala.transport import FieldSpec
-from impala.unroll import EpisodeStats, Unroll, UnrollLayout
+from impala.unroll import UnrollLayout
+from impala.unroll_reader import EpisodeStats, Unroll
 from tests.helpers import run
 
 FIELDS = {"x": FieldSpec("int64", (2,)), "y": FieldSpec("float32", ())}
@@ -177,7 +180,7 @@ def test_an_initial_replay_ratio_holds_until_its_frames_then_the_ratio_takes_ove
         batches.append(Batch(ATARI_LAYOUT, 2, extra_columns=replay.max_replayed,
                              keep_stored=True))
         for v in values:
-            batches[-1].add(Unroll(stored_unroll(ATARI_LAYOUT, v), "a", 0, EpisodeStats([], [])))
+            batches[-1].add(Unroll(stored_unroll(ATARI_LAYOUT, v), "a", 0, EpisodeStats.empty()))
         replay.keep(batches[-1])
     assert replay.mix_into(batches[0], update=0, frames=99).count == 4
     assert replay.mix_into(batches[1], update=1, frames=100).count == 1  # floor(2) - floor(1)
@@ -185,7 +188,7 @@ def test_an_initial_replay_ratio_holds_until_its_frames_then_the_ratio_takes_ove
 
 ATARI_LAYOUT = UnrollLayout(unroll_length=5, observation_shape=(4, 3, 3),
                             observation_dtype="uint8", num_actions=3, core_shapes=(),
-                            frame_stack=4)
+                            recorded=Impala.recorded, frame_stack=4)
 
 
 def stored_unroll(layout: UnrollLayout, value: int) -> dict[str, np.ndarray]:
@@ -206,13 +209,12 @@ def test_replayed_unrolls_are_stored_once_per_frame_and_rebuilt_after_the_fresh_
     def fresh_batch(values):
         batch = Batch(ATARI_LAYOUT, 2, extra_columns=replay.max_replayed, keep_stored=True)
         for v in values:
-            batch.add(Unroll(stored_unroll(ATARI_LAYOUT, v), "a", 0, EpisodeStats([], [])))
+            batch.add(Unroll(stored_unroll(ATARI_LAYOUT, v), "a", 0, EpisodeStats.empty()))
         return batch
 
     first = fresh_batch([1, 2])
     part = replay.mix_into(first, update=0, frames=0)
-    assert part.count == 0 and part.columns == 2  # nothing to replay yet
-    replay.keep(first)
+    assert part.count == 0 and part.columns == 2  # nothing to replay yet; now kept
     second = fresh_batch([3, 4])
     # floor(2 x 1.5 x 2) - floor(1.5 x 2) = 3 -> 2 held
     part = replay.mix_into(second, update=1, frames=0)
@@ -223,10 +225,10 @@ def test_replayed_unrolls_are_stored_once_per_frame_and_rebuilt_after_the_fresh_
         value = int(second.arrays["reward"][0, column])
         stacks = second.arrays["observation"][:, column]  # [T+1, S, H, W], rebuilt
         assert (stacks[0] == value).all() and (stacks[-1, -1] == value + 100).all()
-    inputs = replay.loss_inputs(part)
+    inputs = part.loss_inputs
     assert inputs["replayed"].tolist() == [False, False, True, True]
     assert inputs["importance_weight"].tolist() == [1.0, 1.0, 1.0, 1.0]  # uniform: all 1
-    replay.update_priorities(part, np.array([9.0, 9.0, 0.5, 2.0]))  # fresh errors ignored
+    replay.reprioritize(part, np.array([9.0, 9.0, 0.5, 2.0]))  # fresh errors ignored
     assert sorted(replay.memory.tree.values(part.sample.indices).tolist()) == [1.0, 1.0]  # a^0
 
 
@@ -342,8 +344,7 @@ def test_bad_replay_flags_are_refused_with_the_field_named(flags, message):
 
 def _value(flag: str):
     name, value = flag[2:].split("=")
-    kind = type(Config.__dataclass_fields__[name].default)
-    return kind(value)
+    return type(preset_defaults(NO_PRESET, "impala")[name])(value)
 
 
 def test_a_bad_replay_flag_stops_a_run_before_anything_starts(tmp_path):
@@ -356,7 +357,8 @@ def test_a_bad_replay_flag_stops_a_run_before_anything_starts(tmp_path):
 
 def test_recurrent_agents_get_each_replayed_unrolls_stored_core_state():
     layout = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
-                          num_actions=2, core_shapes=((1, 4), (1, 4)))
+                          num_actions=2, core_shapes=((1, 4), (1, 4)),
+                          recorded=Impala.recorded)
     replay = UnrollReplay(layout, batch_size=2, ratios=ReplaySchedule.constant(1.0), size=4,
                           priority_exponent=0.0, importance_sampling_exponent=0.0, seed=0)
     batch = Batch(layout, 2, extra_columns=replay.max_replayed, keep_stored=True)
@@ -364,7 +366,7 @@ def test_recurrent_agents_get_each_replayed_unrolls_stored_core_state():
         arrays = {name: np.full(spec.shape, value, spec.dtype)
                   for name, spec in layout.schema().items()}
         arrays["action"][:] = arrays["last_action"][:] = 0
-        batch.add(Unroll(arrays, "a", 0, EpisodeStats([], [])))
+        batch.add(Unroll(arrays, "a", 0, EpisodeStats.empty()))
     replay.keep(batch)
     part = replay.mix_into(batch, update=1, frames=0)
     assert part.count == 2

@@ -4,12 +4,14 @@ import threading
 
 import numpy as np
 
+from impala.algorithms.impala import Impala
 from impala.rollout import BatchQueue
 from impala.transport import Message, WireError
-from impala.unroll import EpisodeStats, Unroll, UnrollLayout, UnrollReader, parse_unroll_meta
+from impala.unroll import UnrollLayout
+from impala.unroll_reader import EpisodeStats, Unroll, UnrollReader, parse_unroll_meta
 
 LAYOUT = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
-                      num_actions=2, core_shapes=((1, 5),))
+                      num_actions=2, core_shapes=((1, 5),), recorded=Impala.recorded)
 
 
 def message(value):
@@ -21,7 +23,7 @@ def message(value):
 def unroll(value):
     """An unroll as the reader hands it over (values unchecked: these tests fill every
     field with one value)."""
-    return Unroll(message(value).arrays, "a", 1, EpisodeStats([], []))
+    return Unroll(message(value).arrays, "a", 1, EpisodeStats.empty())
 
 
 def test_batches_are_time_major_and_zero_copy():
@@ -61,7 +63,7 @@ def test_bad_episode_meta_is_rejected():
 def test_atari_unrolls_travel_as_single_frames_and_are_rebuilt_in_the_batch():
     layout = UnrollLayout(unroll_length=20, observation_shape=(4, 84, 84),
                           observation_dtype="uint8", num_actions=6, core_shapes=(),
-                          frame_stack=4)
+                          recorded=Impala.recorded, frame_stack=4)
     schema = layout.schema()
     assert "observation" not in schema and schema["frames"].shape == (24, 84, 84)
     per_step = sum(spec.nbytes for spec in schema.values()) / layout.unroll_length
@@ -99,8 +101,9 @@ def test_one_layout_derivation_for_actor_and_learner():
     actor_side = env_info(env, settings)
     env.close()
     agent = create_agent("ResNetLSTMAgent", learner_side.observation_shape,
-                         learner_side.num_actions)
-    layouts = [UnrollLayout.for_agent(20, info, agent) for info in (learner_side, actor_side)]
+                         learner_side.num_actions, Impala.heads)
+    layouts = [UnrollLayout.for_agent(20, info, agent, Impala.recorded)
+               for info in (learner_side, actor_side)]
     assert layouts[0] == layouts[1]
     schema = layouts[0].schema()
     assert schema["frames"].shape == (24, 84, 84) and schema["frames"].dtype == "uint8"

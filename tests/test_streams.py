@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 from impala.actor import Actor, WeightsClient
+from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.envs import EnvSettings, create_env
 from impala.framestack import FrameStreams, StreamGap, rebuild_stacks, split_stacks
@@ -88,7 +89,7 @@ def test_gaps_unknown_and_evicted_streams_are_refused():
 
 LAYOUT = UnrollLayout(unroll_length=T, observation_shape=(S, 84, 84),
                       observation_dtype="uint8", num_actions=4, core_shapes=(),
-                      frame_stack=S)
+                      recorded=Impala.recorded, frame_stack=S)
 
 
 def unroll_message(kind: str, wire_frames: np.ndarray, starts: np.ndarray, seq: int):
@@ -233,7 +234,8 @@ def test_a_weights_request_waits_for_room_in_a_full_send_queue():
     router.setsockopt(zmq.LINGER, 0)
     router.bind(f"tcp://127.0.0.1:{port}")
     sock = ActorSocket("127.0.0.1", port, 1 << 24, send_hwm=2)
-    client = WeightsClient(sock, create_agent("MLPAgent", (4,), 2), 1 << 24, "actor-0")
+    agent = create_agent("MLPAgent", (4,), 2, Impala.heads)
+    client = WeightsClient(sock, agent, 1 << 24, "actor-0")
     megabyte = encode("unroll", "actor-0", {"x": np.zeros(1 << 20, np.uint8)})
     while sock.send(megabyte, 500):  # the learner reads nothing: fill every buffer
         pass

@@ -13,10 +13,12 @@ from typing import NamedTuple
 
 import pytest
 
-from impala.config import PRESETS, parse_config
+from impala.algorithms.impala import Impala
+from impala.flags import parse_config
 from impala.local import RESTART_BACKOFF_S, ActorSupervisor
 from tests.helpers import (
     CARTPOLE_FLAGS,
+    PRESETS,
     assert_stopped_at_the_target,
     dealer_to,
     first_solved_attempt,
@@ -407,7 +409,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_before_training(tmp_path):
 
     run_dir = tmp_path / "shared"
     run_dir.mkdir()
-    model = create_agent("MLPAgent", (4,), 2)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent")
     checkpoint.save(run_dir / "checkpoint.pt", model, None,
                     {"frames": 10, "updates": 1, "version": 1}, cfg.to_dict())

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from impala.config import Config
+from impala.counters import Control
 from impala.distributed import SingleLearner
-from impala.learner import Control, Learner
+from impala.learner import Learner
 from impala.logs import LearnerLogs
 from impala.receiver import ReceiverStopped
 from impala.rollout import BatchQueue
+from impala.unroll_reader import EpisodeStats
 from tests.helpers import read_csv
 
 T, B = 5, 2
@@ -84,8 +86,7 @@ def queue_with(learner: Learner, count: int, seed: int = 0) -> BatchQueue:
         arrays["action"][:] = rng.integers(0, 2, arrays["action"].shape)
         arrays["last_action"][:] = rng.integers(0, 2, arrays["last_action"].shape)
         batch.filled, batch.policy_versions = B, [0] * B
-        batch.episodes.returns.append(10.0)
-        batch.episodes.lengths.append(10)
+        batch.episodes.extend(EpisodeStats([10.0], [10], [None]))
         batches.ready.put(batch)
     return batches
 
@@ -188,8 +189,7 @@ def test_the_learner_holds_the_rate_then_anneals_it_to_zero_at_the_budget(tmp_pa
     batch = queue_with(learner, 1).ready.get_nowait()
     logged = []
     for frames in (0, 500, 750, 1000):
-        learner.counters.frames = frames
-        logged.append(learner.step(batch)["learning_rate"])
+        logged.append(learner.update(batch, 0, frames, frames + B * T).learning_rate)
     assert logged == pytest.approx([0.001, 0.001, 0.0005, 0.0])
     assert all(group["lr"] == 0.0 for group in learner.optimizer.param_groups)
 

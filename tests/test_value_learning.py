@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from impala.config import PRESETS
 from tests.helpers import (
+    PRESETS,
     assert_stopped_at_the_target,
     first_solved_attempt,
     free_port,

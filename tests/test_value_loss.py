@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from impala.algorithms.value import ValueBased
-from impala.laser import IMPORTANCE_WEIGHT
+from impala.algorithms.apex import ApeX
+from impala.algorithms.value import ValueLearning, ValueSettings
+from impala.mixing import IMPORTANCE_WEIGHT
 from impala.nets import create_agent
-from impala.settings import ValueSettings
+from impala.qlearning import trained_steps
 from tests.test_qlearning import slow_targets
 
 OBS, ACTIONS = 3, 4
@@ -31,15 +32,16 @@ R2D2 = ValueSettings(discounting=0.97, n_step=2, burn_in=4, reward_clipping="non
 
 
 def make(settings: ValueSettings, agent_name: str, T: int, seed: int = 0):
+    """(model, the trained steps, the learner's half) for value-based `settings`."""
     torch.manual_seed(seed)
-    model = create_agent(agent_name, (OBS,), ACTIONS, action_reward_inputs=False)
-    algorithm = ValueBased("test", settings, T, action_reward_inputs=False)
-    learning = algorithm.learner(model)
+    model = create_agent(agent_name, (OBS,), ACTIONS, ApeX.heads, action_reward_inputs=False)
+    trained = trained_steps(T, settings.burn_in, settings.overlap)
+    learning = ValueLearning(settings, trained, model)
     # A target network unlike the online one, so double Q's two roles can be told apart.
     with torch.no_grad():
         for p in learning.target.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    return model, algorithm, learning
+    return model, trained, learning
 
 
 def random_batch(T: int, B: int, seed: int, big_burn_in_reward_at: int | None = None):
@@ -70,7 +72,7 @@ def slow_q(model, batch, core, burn_in: int, detach_at_burn_in: bool):
         inputs = [batch[k][t:t + 1] for k in ("observation", "last_action", "reward", "done")]
         with torch.set_grad_enabled(not (detach_at_burn_in and t < burn_in)):
             output, state = model(*inputs, state)
-        values, advantages = output.baseline[0], output.policy_logits[0]  # [B], [B, A]
+        values, advantages = output.heads["value"][0], output.heads["advantage"][0]
         rows.append(values[:, None] + advantages - advantages.mean(dim=-1, keepdim=True))
     return torch.stack(rows)  # [T+1, B, A]
 
@@ -108,7 +110,7 @@ def gradients(model, loss):
 @pytest.mark.parametrize("settings,agent_name,T", [(APEX, "MLPAgent", 10),
                                                    (R2D2, "MLPLSTMAgent", 12)])
 def test_the_loss_gradient_and_priorities_match_the_papers(settings, agent_name, T):
-    model, algorithm, learning = make(settings, agent_name, T)
+    model, trained, learning = make(settings, agent_name, T)
     B = 3
     # A huge reward inside R2D2's burn-in: counted anywhere but the trained steps' targets,
     # it would swamp the priorities.
@@ -117,7 +119,7 @@ def test_the_loss_gradient_and_priorities_match_the_papers(settings, agent_name,
     if core:  # a stored recurrent state that is not zero, as the actors send it
         core = tuple(torch.randn_like(s) * 0.5 for s in core)
     result = learning.loss(model, batch, core)
-    first, end = algorithm.trained
+    first, end = trained
     assert (first, end) == (settings.burn_in, T + 1 - settings.overlap + settings.burn_in)
     want_loss, want_priorities = slow_loss(model, learning, settings, batch, core, first, end)
     assert result.total_loss.item() == pytest.approx(want_loss.item(), rel=1e-4)
@@ -131,11 +133,11 @@ def test_the_loss_gradient_and_priorities_match_the_papers(settings, agent_name,
 def test_no_gradient_flows_through_the_burn_in():
     """The slow version with the gradient let through the burn-in differs from the loss's
     gradient, so the test above would catch a burn-in that trains."""
-    model, algorithm, learning = make(R2D2, "MLPLSTMAgent", 12)
+    model, trained, learning = make(R2D2, "MLPLSTMAgent", 12)
     batch = random_batch(12, 3, seed=2)
     core = tuple(torch.randn_like(s) for s in model.initial_state(3))
     got = gradients(model, learning.loss(model, batch, core).total_loss)
-    leaky, _ = slow_loss(model, learning, R2D2, batch, core, *algorithm.trained,
+    leaky, _ = slow_loss(model, learning, R2D2, batch, core, *trained,
                          detach_at_burn_in=False)
     through = gradients(model, leaky)
     assert any(not torch.allclose(a, b, rtol=1e-3) for a, b in zip(got, through, strict=True))

@@ -8,15 +8,39 @@ own actions and half-solved impala/Recall-v0 (sandbox/value.md)."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING
+from impala.algorithm import Preset
+from impala.algorithms.value import QUIET_RMSPROP, ValueBased
 
-from impala.algorithms.value import ValueBased
+PRIORITIZED = {"priority_exponent": 0.6, "importance_sampling_exponent": 0.4}
 
-if TYPE_CHECKING:
-    from impala.config import Config
+CLASSIC = Preset(
+    name="apex_classic", families=("classic",),
+    values={"agent_name": "MLPAgent", "num_envs": 16, "batch_size": 4, "unroll_length": 10,
+            "learning_rate": 0.001, "replay_ratio": 4.0, "replay_size": 4000, **PRIORITIZED,
+            "target_update_frames": 1_600, "reward_clipping": "none",
+            "total_environment_frames": 500_000},
+    rule="many small updates (160 transitions each), the default RMSProp",
+    record="sandbox/value.md (\"Measured\"): CartPole greedy 500 at 500K frames on seeds 1-3")
+ATARI = Preset(
+    name="apex_atari", families=("atari",),
+    values={"batch_size": 4, "learning_rate": 0.00025, **QUIET_RMSPROP, "replay_ratio": 3.0,
+            "replay_size": 10_000, **PRIORITIZED, "target_update_frames": 32_000,
+            "lr_hold_fraction": 1.0, "total_environment_frames": 10_000_000},
+    rule="a target copy every 32K frames (Rainbow's period), a constant rate, and updates "
+         "of 4 fresh plus 12 replayed unrolls: updates per frame, not their size, limit it",
+    record="sandbox/value.md (\"Why Ape-X learned nothing on Pong\")")
+IMAGE = Preset(
+    name="apex_image", families=("image",),
+    values={**ATARI.values, "target_update_frames": 2_880,
+            "total_environment_frames": 500_000},
+    rule="apex_atari with a target copy every 2,880 frames (40 updates): small tasks, "
+         "rewards tens of steps apart, no action repeat",
+    record="sandbox/value.md (\"The CI test\"): impala/DelayedCueLong-v0 by ~40-55K frames")
 
 
-def apex(cfg: Config) -> ValueBased:
-    settings = dataclasses.replace(cfg.value_settings, rescaled=False, priority_eta=0.0)
-    return ValueBased("apex", settings, cfg.unroll_length, action_reward_inputs=False)
+class ApeX(ValueBased):
+    name = "apex"
+    presets = (CLASSIC, ATARI, IMAGE)
+    action_reward_inputs = False  # the paper's dueling network sees frames only
+    rescaled = False
+    priority_eta = 0.0  # an unroll's priority is its transitions' mean |delta|

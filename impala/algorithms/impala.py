@@ -1,33 +1,108 @@
-"""IMPALA (Espeholt et al. 2018): sample from the policy, record its logits, learn with the
-V-trace actor-critic loss (losses.py); with --replay_ratio > 0, LASER's replay (laser.py)."""
+"""IMPALA (Espeholt et al. 2018): actors sample from the policy and record its logits; the
+learner trains with the V-trace actor-critic loss (losses.py, vtrace.py). With
+`--replay_ratio` > 0 each update also replays unrolls, with LASER's trust region on them
+(Schmitt et al. 2019). Tensor code is imported inside the methods that act or learn, so that
+reading flags loads no torch (impala/algorithm.py).
+"""
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from impala.algorithms import Algorithm, Learning, LossResult
-from impala.laser import IMPORTANCE_WEIGHT, REPLAYED
-from impala.losses import impala_loss
-from impala.nets import Agent, AgentOutput
-from impala.settings import LossSettings
+from impala.algorithm import (
+    Algorithm,
+    Exploration,
+    Head,
+    Learning,
+    LossResult,
+    Panel,
+    Preset,
+    StatusItem,
+    flag,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from impala.config import Config
+    from impala.losses import LossSettings
+    from impala.nets import Agent
+
+
+@dataclass(frozen=True)
+class ImpalaSettings:
+    entropy_cost: float = flag(0.01, "weight of the entropy bonus")
+    baseline_cost: float = flag(0.5, "weight of the baseline loss")
+    trust_region_threshold: float = flag(0.0, "LASER's trust region: replayed steps whose "
+                                         "KL(learner policy || behaviour policy) exceeds "
+                                         "this many nats are left out of the loss (0: off)")
+
+
+ATARI = Preset(
+    name="atari", families=("atari", "image"),
+    values={"batch_size": 8, "learning_rate": 0.0012, "lr_hold_fraction": 0.8,
+            "total_environment_frames": 20_000_000, "initial_replay_ratio": 4.0,
+            "initial_replay_frames": 2_000_000, "replay_ratio": 3.0, "replay_size": 3000,
+            "priority_exponent": 0.6, "trust_region_threshold": 0.3},
+    rule="4x the paper's updates per frame at 2x its rate, held for 80% of the budget; "
+         "LASER replay of the last 3,000 unrolls, 4 per fresh one for 2M frames, then 3",
+    record="sandbox/replay.md (\"The preset repeated on the code as it stands\"): Pong +18 "
+           "within 5M frames in 5 runs of 9; sandbox/pong_curve.md (\"Step sizes\")")
+CLASSIC = Preset(
+    name="classic", families=("classic",),
+    values={"agent_name": "MLPAgent", "num_envs": 16, "batch_size": 16,
+            "learning_rate": 0.005, "baseline_cost": 0.25, "discounting": 0.98,
+            "total_environment_frames": 300_000},
+    rule="small fast updates for vector observations",
+    record="sandbox/pong_curve.md (\"CartPole\"): 475 over 100 episodes at ~180-250K frames")
 
 
 class Impala(Algorithm):
     name = "impala"
+    is_default = True
+    settings_class = ImpalaSettings
+    presets = (ATARI, CLASSIC)
+    heads = (Head("policy_logits", per_action=True, init_gain=0.01),
+             Head("baseline", per_action=False, init_gain=1.0))
+    recorded = "policy_logits"  # the behaviour policy, for V-trace's importance weights
+    log_scalars = ("pg_loss", "baseline_loss", "entropy", "policy_kl", "rho_clipped",
+                   "trust_region_masked")
+    panels = (Panel("loss terms (sums over the batch)", ("total_loss", "pg_loss",
+                                                         "baseline_loss"), symlog=True),
+              Panel("policy entropy (nats per step)", ("entropy",)))
+    status = (StatusItem("loss", "total_loss"),)
+    old_head_names = {"policy": "policy_logits", "baseline": "baseline"}
 
-    def __init__(self, settings: LossSettings) -> None:
-        self.settings = settings
+    @classmethod
+    def problems(cls, cfg: Config):
+        if not cfg.settings.trust_region_threshold >= 0:
+            yield (f"--trust_region_threshold must be >= 0, got "
+                   f"{cfg.settings.trust_region_threshold}")
 
-    def act(self, output: AgentOutput, epsilons: torch.Tensor
-            ) -> tuple[np.ndarray, np.ndarray]:
-        return output.action[0].numpy(), output.policy_logits[0].numpy()
+    def exploration(self, first_env: int, count: int, total: int) -> Exploration:
+        return SampleFromPolicy()
 
-    def learner(self, model: Agent) -> Learning:
-        return ImpalaLearning(self.settings)
+    def learning(self, model: Agent) -> Learning:
+        from impala.losses import LossSettings
 
-    def evaluation_action(self, output: AgentOutput) -> torch.Tensor:
-        return output.action  # sampled, as the paper's evaluation does
+        s, cfg = self.settings, self.cfg
+        return ImpalaLearning(LossSettings(cfg.discounting, s.baseline_cost, s.entropy_cost,
+                                           cfg.reward_clipping, s.trust_region_threshold))
+
+    def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
+        from impala.losses import sample_actions
+
+        return sample_actions(heads["policy_logits"])  # sampled, as the paper evaluates
+
+
+class SampleFromPolicy(Exploration):
+    def act(self, heads: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+        from impala.losses import sample_actions
+
+        logits = heads["policy_logits"]
+        return sample_actions(logits)[0].numpy(), logits[0].numpy()
 
 
 class ImpalaLearning(Learning):
@@ -36,10 +111,13 @@ class ImpalaLearning(Learning):
 
     def loss(self, model: Agent, batch: dict[str, torch.Tensor],
              core_state: tuple[torch.Tensor, ...]) -> LossResult:
+        from impala.losses import impala_loss
+        from impala.mixing import IMPORTANCE_WEIGHT, REPLAYED
+
         output, _ = model(batch["observation"], batch["last_action"], batch["reward"],
                           batch["done"], core_state)
         stats = impala_loss(
-            target_logits=output.policy_logits, baseline=output.baseline,
+            target_logits=output.heads["policy_logits"], baseline=output.heads["baseline"],
             behavior_logits=batch["policy_logits"], actions=batch["action"],
             rewards=batch["reward"], done=batch["done"], settings=self.settings,
             column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),

@@ -5,16 +5,37 @@ clipping), and priorities 0.9 max|delta| + 0.1 mean|delta| per sequence."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING
+from impala.algorithm import Preset
+from impala.algorithms.value import QUIET_RMSPROP, ValueBased
 
-from impala.algorithms.value import ValueBased
+# 80-step sequences (40 burn-in, 40 trained, the next starting 40 steps later), n = 5,
+# gamma 0.997, value rescaling instead of clipping, alpha 0.9, beta 0.6.
+SEQUENCES = {"num_envs": 16, "batch_size": 2, "unroll_length": 80, "burn_in": 40,
+             "n_step": 5, "discounting": 0.997, "learning_rate": 0.0003, **QUIET_RMSPROP,
+             "replay_ratio": 3.0, "replay_size": 1000, "priority_exponent": 0.9,
+             "importance_sampling_exponent": 0.6, "reward_clipping": "none"}
+RULE = ("the paper's sequences and targets at one learner's scale; a target copy every "
+        "50 updates (4,000 frames without action repeat, 16,000 with)")
+CLASSIC = Preset(
+    name="r2d2_classic", families=("classic",),
+    values={**SEQUENCES, "agent_name": "MLPLSTMAgent", "target_update_frames": 4_000,
+            "total_environment_frames": 500_000},
+    rule=RULE, record="sandbox/value.md (\"Measured\")")
+IMAGE = Preset(
+    name="r2d2_image", families=("image",),
+    values={**SEQUENCES, "agent_name": "MLPLSTMAgent", "target_update_frames": 4_000,
+            "total_environment_frames": 500_000},
+    rule=RULE, record="sandbox/value.md (\"Measured\"): impala/Recall-v0 by ~35K frames")
+ATARI = Preset(
+    name="r2d2_atari", families=("atari",),
+    values={**SEQUENCES, "agent_name": "ResNetLSTMAgent", "target_update_frames": 16_000,
+            "total_environment_frames": 10_000_000},
+    rule=RULE, record="sandbox/value.md (\"R2D2 on Atari\")")
 
-if TYPE_CHECKING:
-    from impala.config import Config
 
-
-def r2d2(cfg: Config) -> ValueBased:
-    settings = dataclasses.replace(cfg.value_settings, rescaled=True, priority_eta=0.9)
-    # The paper's LSTM sees the last action and reward beside the frames, as IMPALA's does.
-    return ValueBased("r2d2", settings, cfg.unroll_length, action_reward_inputs=True)
+class R2D2(ValueBased):
+    name = "r2d2"
+    presets = (CLASSIC, IMAGE, ATARI)
+    action_reward_inputs = True  # the paper's LSTM sees the last action and reward
+    rescaled = True
+    priority_eta = 0.9

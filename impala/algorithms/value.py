@@ -1,9 +1,10 @@
-"""The value-based machinery Ape-X and R2D2 share: epsilon-greedy actors that record their
-Q-values and compute each unroll's first priority, and a learner that trains a dueling
-double-Q network on n-step targets (qlearning.py) against a periodically copied target
-network, with an optional burn-in of the recurrent state.
+"""The value-based machinery Ape-X (apex.py) and R2D2 (r2d2.py) share: epsilon-greedy actors
+that record their Q-values and compute each unroll's first priority, and a learner that
+trains a dueling double-Q network on n-step targets (qlearning.py) against a target network
+copied every `--target_update_frames` frames, with an optional burn-in of the recurrent
+state. Tensor code is imported inside the methods that act or learn (impala/algorithm.py).
 
-Departures from the papers, and why (README, sandbox/value.md):
+Departures from the papers, and why (sandbox/value.md):
 - Replay holds unrolls (sequences), not single transitions, for Ape-X too, so one format
   (unroll.py: frames once per step) serves every algorithm. An unroll's priority is the
   mix eta max|delta| + (1 - eta) mean|delta| of its trained transitions (R2D2: eta 0.9;
@@ -16,76 +17,177 @@ Departures from the papers, and why (README, sandbox/value.md):
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
+from impala.algorithm import (
+    Algorithm,
+    Exploration,
+    Head,
+    Learning,
+    LossResult,
+    Panel,
+    StatusItem,
+    flag,
+)
 
-from impala import qlearning
-from impala.algorithms import Algorithm, Learning, LossResult
-from impala.laser import IMPORTANCE_WEIGHT
-from impala.losses import clip_rewards
-from impala.nets import Agent, AgentOutput
-from impala.settings import ValueSettings
-from impala.unroll import ACTION, DONE, Q_VALUES, REWARD
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from impala.config import Config
+    from impala.nets import Agent
+    from impala.unroll import RecordedSteps
+
+GREEDY_EPSILON = 0.01  # environments exploring at most this much show the greedy policy
+# The value-based presets' RMSProp: a small epsilon (inside the root), since the loss is a
+# mean over transitions whose small gradients the default 0.01 shrank ~30-fold (value.md).
+QUIET_RMSPROP = {"decay": 0.95, "epsilon": 1e-6}
 
 
-class ValueBased(Algorithm):
-    head_field = Q_VALUES
-    explores_with_epsilons = True
+@dataclass(frozen=True)
+class ValueFlags:
+    """The flags Ape-X and R2D2 share."""
 
-    def __init__(self, name: str, settings: ValueSettings, unroll_length: int,
-                 action_reward_inputs: bool) -> None:
-        self.name = name
-        self.action_reward_inputs = action_reward_inputs
-        self.settings = settings
-        self.unroll_length = unroll_length
-        self.trained = qlearning.trained_steps(unroll_length, settings.burn_in,
-                                               settings.overlap)
+    n_step: int = flag(3, "steps of reward before the bootstrap value")
+    burn_in: int = flag(0, "steps at the start of each unroll that only warm the recurrent "
+                        "state up (no gradient); unrolls then overlap by max(burn_in + 1, "
+                        "n_step) steps")
+    target_update_frames: int = flag(32_000, "frames (over all learners) between copies of "
+                                     "the online network into the target network; every "
+                                     "rank copies on the same update")
+    actor_epsilon: float = flag(0.4, "environment i of the run's N explores with epsilon "
+                                "actor_epsilon^(1 + actor_epsilon_alpha i / (N - 1))")
+    actor_epsilon_alpha: float = flag(7.0, "see --actor_epsilon")
+
+
+@dataclass(frozen=True)
+class ValueSettings:
+    """What the learner computes with: the flags, the shared ones it needs, and each
+    algorithm's constants."""
+
+    discounting: float = 0.99
+    n_step: int = 3
+    burn_in: int = 0  # steps that only warm the recurrent state up (R2D2)
+    reward_clipping: str = "abs_one"
+    rescaled: bool = False  # R2D2's invertible value rescaling h instead of clipping
+    priority_eta: float = 0.0  # priority = eta max|delta| + (1 - eta) mean|delta|
+    target_update_frames: int = 32_000  # frames (all learners) between target copies
 
     @property
     def overlap(self) -> int:
-        return self.settings.overlap
-
-    def act(self, output: AgentOutput, epsilons: torch.Tensor
-            ) -> tuple[np.ndarray, np.ndarray]:
-        """Greedy in Q, except a uniformly random action with each env's epsilon."""
-        q = qlearning.dueling_q(output.baseline, output.policy_logits)[0]  # [N, A]
-        actions = q.argmax(dim=-1)
-        explore = torch.rand(len(actions)) < epsilons
-        random = torch.randint(q.shape[-1], (len(actions),))
-        return torch.where(explore, random, actions).numpy(), q.numpy()
-
-    def actor_priorities(self, buffers: dict[str, np.ndarray]) -> np.ndarray:
-        """Each env's unroll priority from the Q-values its actor acted on (Ape-X computes
-        first priorities in the actors): the same TD errors as the learner's, with the
-        actor's network as both online and target network."""
-        q = torch.from_numpy(buffers[Q_VALUES]).transpose(0, 1)  # [T+1, N, A]
-        errors = self.td_errors(q, q, q, _time_major(buffers[REWARD]),
-                                _time_major(buffers[DONE]), _time_major(buffers[ACTION]))
-        return qlearning.sequence_priorities(errors, self.settings.priority_eta).numpy()
-
-    def td_errors(self, q_taken_from: torch.Tensor, online_q: torch.Tensor,
-                  target_q: torch.Tensor, rewards: torch.Tensor, done: torch.Tensor,
-                  actions: torch.Tensor) -> torch.Tensor:
-        """delta_t = y_t - Q(x_t, a_t) over the trained steps: [T', B]. `q_taken_from`
-        [T+1, B, A] (may carry gradient); online_q, target_q [T+1, B, A]."""
-        s = self.settings
-        targets = qlearning.n_step_double_q_targets(
-            clip_rewards(rewards.float(), s.reward_clipping), done, online_q, target_q,
-            s.discounting, s.n_step, s.rescaled)
-        first, end = self.trained
-        taken = q_taken_from[first:end].gather(-1, actions[first:end].long().unsqueeze(-1))
-        return targets[first:end] - taken.squeeze(-1)
-
-    def learner(self, model: Agent) -> Learning:
-        return ValueLearning(self, model)
-
-    def evaluation_action(self, output: AgentOutput) -> torch.Tensor:
-        return qlearning.dueling_q(output.baseline, output.policy_logits).argmax(dim=-1)
+        """Steps an unroll shares with the previous one of its environment: the burn-in
+        plus the step both hold (the T+1 convention), and at least n, so every trained
+        transition without burn-in sees its n steps ahead (qlearning.trained_steps)."""
+        return max(self.burn_in + 1, self.n_step)
 
 
-def _time_major(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array).transpose(0, 1)
+class ValueBased(Algorithm):
+    """Ape-X and R2D2 subclass this and set `rescaled` and `priority_eta`."""
+
+    settings_class = ValueFlags
+    heads = (Head("advantage", per_action=True, init_gain=0.01),
+             Head("value", per_action=False, init_gain=1.0))
+    recorded = "q_values"  # what the actor was greedy in, for its priorities
+    log_scalars = ("td_error", "q_value")
+    panels = (Panel("TD error (mean |delta| of the trained steps)", ("td_error",)),
+              Panel("Q-value (mean of max_a Q over the trained steps)", ("q_value",)),
+              Panel(f"return where epsilon <= {GREEDY_EPSILON} (mean of the last 30)",
+                    max_epsilon=GREEDY_EPSILON),
+              Panel("replay fill (share of its capacity)", ("replay_fill",)),
+              Panel("replay age (unrolls stored since a sampled one)", ("replay_age",)))
+    status = (StatusItem("td", "td_error"), StatusItem("q", "q_value"))
+    old_head_names = {"policy": "advantage", "baseline": "value"}
+    rescaled = False
+    priority_eta = 0.0
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        flags = self.settings
+        self.value_settings = ValueSettings(
+            discounting=cfg.discounting, n_step=flags.n_step, burn_in=flags.burn_in,
+            reward_clipping=cfg.reward_clipping, rescaled=self.rescaled,
+            priority_eta=self.priority_eta, target_update_frames=flags.target_update_frames)
+
+    @classmethod
+    def problems(cls, cfg: Config):
+        flags = cfg.settings
+        if flags.n_step < 1:
+            yield f"--n_step must be >= 1, got {flags.n_step}"
+        if flags.burn_in < 0:
+            yield f"--burn_in must be >= 0, got {flags.burn_in}"
+        if flags.target_update_frames < 1:
+            yield f"--target_update_frames must be >= 1, got {flags.target_update_frames}"
+        if not 0.0 <= flags.actor_epsilon <= 1.0:
+            yield f"--actor_epsilon must be in [0, 1], got {flags.actor_epsilon}"
+        overlap = max(flags.burn_in + 1, flags.n_step)
+        if flags.n_step >= 1 and flags.burn_in >= 0 and cfg.unroll_length + 1 - overlap < 1:
+            yield (f"--unroll_length={cfg.unroll_length} leaves no step to train: "
+                   f"unrolls overlap by max(--burn_in + 1, --n_step) = {overlap} steps, "
+                   f"so it must be >= {overlap}")
+
+    @property
+    def overlap(self) -> int:
+        return self.value_settings.overlap
+
+    @property
+    def trained(self) -> tuple[int, int]:
+        from impala.qlearning import trained_steps
+
+        s = self.value_settings
+        return trained_steps(self.cfg.unroll_length, s.burn_in, s.overlap)
+
+    def exploration(self, first_env: int, count: int, total: int) -> Exploration:
+        from impala.qlearning import exploration_epsilons
+
+        epsilons = exploration_epsilons(first_env, count, total, self.settings.actor_epsilon,
+                                        self.settings.actor_epsilon_alpha)
+        return EpsilonGreedy(epsilons, self.value_settings, self.trained, first_env, total)
+
+    def learning(self, model: Agent) -> Learning:
+        return ValueLearning(self.value_settings, self.trained, model)
+
+    def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
+        from impala.qlearning import dueling_q
+
+        return dueling_q(heads["value"], heads["advantage"]).argmax(dim=-1)
+
+
+class EpsilonGreedy(Exploration):
+    """Each environment greedy in Q but for its own epsilon (Ape-X's schedule over the run's
+    environments); each unroll's first priority from the Q-values it acted on."""
+
+    def __init__(self, epsilons: torch.Tensor, settings: ValueSettings,
+                 trained: tuple[int, int], first_env: int, total: int) -> None:
+        self.epsilon_tensor = epsilons  # [N]
+        self.epsilons = epsilons.numpy()
+        self.settings = settings
+        self.trained = trained
+        self.first_env, self.total = first_env, total
+
+    def act(self, heads: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+        from impala.qlearning import dueling_q, epsilon_greedy
+
+        q = dueling_q(heads["value"], heads["advantage"])[0]  # [N, A]
+        return epsilon_greedy(q, self.epsilon_tensor).numpy(), q.numpy()
+
+    def priorities(self, steps: RecordedSteps) -> np.ndarray:
+        """The same TD errors as the learner's, with the actor's network as both online and
+        target network (Ape-X computes first priorities in the actors)."""
+        import torch
+
+        from impala.qlearning import sequence_priorities, td_errors
+
+        q = torch.from_numpy(steps.recorded)  # [T+1, N, A]
+        errors = td_errors(q, q, q, torch.from_numpy(steps.reward),
+                           torch.from_numpy(steps.done), torch.from_numpy(steps.action),
+                           self.settings, self.trained)
+        return sequence_priorities(errors, self.settings.priority_eta).numpy()
+
+    def describe(self) -> str:
+        return (f"environments {self.first_env}-{self.first_env + len(self.epsilons) - 1} "
+                f"of {self.total}, epsilon {self.epsilons.max():.3g} down to "
+                f"{self.epsilons.min():.3g}")
 
 
 class ValueLearning(Learning):
@@ -95,50 +197,57 @@ class ValueLearning(Learning):
     whatever the batch, the unroll length or the number of learners; the frames are
     global, so every rank copies on the same update and ranks stay bit-identical."""
 
-    def __init__(self, algorithm: ValueBased, model: Agent) -> None:
-        self.algorithm = algorithm
+    def __init__(self, settings: ValueSettings, trained: tuple[int, int], model: Agent) -> None:
+        self.settings = settings
+        self.trained = trained
         self.target = copy.deepcopy(model)
         self.target.requires_grad_(False)
 
     def loss(self, model: Agent, batch: dict[str, torch.Tensor],
              core_state: tuple[torch.Tensor, ...]) -> LossResult:
-        burn_in = self.algorithm.settings.burn_in
+        import torch
+
+        from impala.mixing import IMPORTANCE_WEIGHT
+        from impala.qlearning import dueling_q, sequence_priorities, td_errors
+
         inputs = [batch[name] for name in ("observation", "last_action", "reward", "done")]
-        online_q, features = self._online_q(model, inputs, core_state, burn_in)
+        q, features = self._online_q(model, inputs, core_state)
         with torch.no_grad():
             target_output, _ = self.target(*inputs, core_state)
-            target_q = qlearning.dueling_q(target_output.baseline, target_output.policy_logits)
-        errors = self.algorithm.td_errors(online_q, online_q.detach(), target_q,
-                                          batch["reward"], batch["done"], batch["action"])
+            target_q = dueling_q(target_output.heads["value"], target_output.heads["advantage"])
+        errors = td_errors(q, q.detach(), target_q, batch["reward"], batch["done"],
+                           batch["action"], self.settings, self.trained)
         weights = batch.get(IMPORTANCE_WEIGHT)
         weights = torch.ones(errors.shape[1]) if weights is None else weights
-        loss = 0.5 * (errors.pow(2) * weights.to(errors.dtype)).mean()
-        priorities = qlearning.sequence_priorities(errors.detach(),
-                                                   self.algorithm.settings.priority_eta)
-        first, end = self.algorithm.trained
+        loss = 0.5 * (errors.pow(2) * weights.to(errors)).mean()
+        priorities = sequence_priorities(errors.detach(), self.settings.priority_eta)
+        first, end = self.trained
         scalars = {"td_error": errors.detach().abs().mean().item(),
-                   "q_value": online_q[first:end].detach().max(dim=-1).values.mean().item()}
+                   "q_value": q[first:end].detach().max(dim=-1).values.mean().item()}
         return LossResult(loss, scalars, priorities, features)
 
-    @staticmethod
-    def _online_q(model: Agent, inputs: list[torch.Tensor],
-                  core_state: tuple[torch.Tensor, ...], burn_in: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _online_q(self, model: Agent, inputs: list[torch.Tensor],
+                  core_state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """Q [T+1, B, A] of the online network: the first `burn_in` steps only warm the
         recurrent state up (no gradient: R2D2's burn-in), the rest carry the gradient.
         Also the torso's features of the trained part, detached."""
+        import torch
+
+        from impala.qlearning import dueling_q
+
+        burn_in = self.settings.burn_in
         if burn_in:
             with torch.no_grad():
                 warm, core_state = model(*(x[:burn_in] for x in inputs), core_state)
             output, _ = model(*(x[burn_in:] for x in inputs), core_state)
-            q = torch.cat([qlearning.dueling_q(warm.baseline, warm.policy_logits),
-                           qlearning.dueling_q(output.baseline, output.policy_logits)])
+            q = torch.cat([dueling_q(warm.heads["value"], warm.heads["advantage"]),
+                           dueling_q(output.heads["value"], output.heads["advantage"])])
         else:
             output, _ = model(*inputs, core_state)
-            q = qlearning.dueling_q(output.baseline, output.policy_logits)
+            q = dueling_q(output.heads["value"], output.heads["advantage"])
         return q, output.features.detach()
 
     def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
-        period = self.algorithm.settings.target_update_frames
+        period = self.settings.target_update_frames
         if frames_after // period > frames_before // period:
             self.target.load_state_dict(model.state_dict())

@@ -19,7 +19,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from impala.config import add_config_flags, config_from_namespace
+from impala.flags import add_config_flags, config_from_namespace
 from impala.launcher.cluster import ClusterFileError, read_cluster_csv
 from impala.launcher.control import status_run, stop_run
 from impala.launcher.plan import (
@@ -32,12 +32,13 @@ from impala.launcher.plan import (
 from impala.launcher.running import start
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run_experiment_mm_raw.py",
-        description="Start learners (one mpirun) and actors (tmux panes) from a CSV of hosts.")
+        description="Start learners (one mpirun) and actors (tmux panes) from a CSV of hosts; "
+                    "the training flags are passed to every process.")
     add_frontend_flags(parser.add_argument_group("cluster"))
-    add_config_flags(parser.add_argument_group("training (passed to every process)"))
+    add_config_flags(parser, argv)
     return parser
 
 
@@ -57,7 +58,7 @@ def add_frontend_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         opts = FrontendOptions(**{name: getattr(args, name)

@@ -1,11 +1,12 @@
-"""LASER for IMPALA (Schmitt, Hessel, Simonyan 2019): each update trains on its B fresh
-unrolls plus about `replay_ratio` x B unrolls from the learner's own replay.
+"""Fresh and replayed unrolls in one batch: each update trains on its B fresh unrolls plus
+about `replay_ratio` x B from the learner's own replay (LASER's scheme, Schmitt, Hessel,
+Simonyan 2019; every algorithm here trains this way).
 
 `UnrollReplay` keeps the stored form of the learner's fresh unrolls (unroll.py: frames once
 per step) in a `ReplayMemory` and writes sampled ones into the columns after the fresh
-ones of a batch (rollout.Batch), with their importance weights. The loss (losses.py) masks
-replayed steps outside the trust region; the learner hands back each replayed unroll's
-error as its new priority.
+ones of a batch (rollout.Batch), with their importance weights and a flag saying which
+columns were replayed; the algorithm's loss reads both, and its error per column comes back
+as the replayed unrolls' new priorities. Nothing here knows an algorithm.
 
 Every rank draws the same number of replayed unrolls at every update (a function of the
 update count and the run's frames, which all ranks share, and of the fill, which grows the
@@ -35,11 +36,12 @@ REPLAYED = "replayed"
 
 @dataclass
 class ReplayedPart:
-    """What one update took from replay."""
+    """What one update took from replay, and what its loss reads of it."""
 
     sample: ReplaySample | None
     fresh: int  # columns [0, fresh) are fresh
     count: int  # columns [fresh, fresh + count) are replayed
+    loss_inputs: dict[str, torch.Tensor]  # IMPORTANCE_WEIGHT and REPLAYED, each [columns]
 
     @property
     def columns(self) -> int:
@@ -68,37 +70,38 @@ class UnrollReplay:
         self.replayed[batch_size:] = True
 
     def mix_into(self, batch: Batch, update: int, frames: int) -> ReplayedPart:
-        """Write this update's replayed unrolls into `batch` after its fresh ones; `frames`:
-        the run's fresh frames before this update."""
+        """Write this update's replayed unrolls into `batch` after its fresh ones, then keep
+        the fresh ones (after sampling: none is replayed in the update that brought it);
+        `frames`: the run's fresh frames before this update."""
         ratio = self.ratios.at(frames)
         count = min(replayed_count(update, ratio, self.batch_size), len(self.memory))
-        if count == 0:
-            return ReplayedPart(None, batch.size, 0)
-        sample = self.memory.sample(count)
-        for j, slot in enumerate(sample.indices):
-            write_batch_column(self.memory.item(slot), batch.arrays, batch.size + j)
-        self.weights[batch.size:batch.size + count] = torch.from_numpy(sample.weights)
-        return ReplayedPart(sample, batch.size, count)
-
-    def loss_inputs(self, part: ReplayedPart) -> dict[str, torch.Tensor]:
-        """The per-column tensors the loss needs for `part`'s columns, each [B + count]."""
-        return {IMPORTANCE_WEIGHT: self.weights[:part.columns],
-                REPLAYED: self.replayed[:part.columns]}
+        sample = None
+        if count:
+            sample = self.memory.sample(count)
+            for j, slot in enumerate(sample.indices):
+                write_batch_column(self.memory.item(slot), batch.arrays, batch.size + j)
+            self.weights[batch.size:batch.size + count] = torch.from_numpy(sample.weights)
+        columns = batch.size + count
+        self.keep(batch)
+        return ReplayedPart(sample, batch.size, count,
+                            {IMPORTANCE_WEIGHT: self.weights[:columns],
+                             REPLAYED: self.replayed[:columns]})
 
     def keep(self, batch: Batch) -> None:
-        """Store the batch's fresh unrolls (after sampling: none is replayed in the update
-        that brought it), with the priorities their actors computed, if all have one."""
+        """Store the batch's fresh unrolls, with the priorities their actors computed if
+        all have one (`mix_into` does; a benchmark or test filling a replay may)."""
         assert batch.stored is not None, "the batch queue must keep the stored form"
         priorities = batch.priorities if None not in batch.priorities else None
         self.memory.add(batch.stored, priorities)
 
-    def update_priorities(self, part: ReplayedPart, unroll_errors: np.ndarray) -> None:
-        """`unroll_errors` [B + count]: each column's error in the update just made."""
+    def reprioritize(self, part: ReplayedPart, column_errors: np.ndarray) -> None:
+        """`column_errors` [B + count]: each column's error in the update just made; the
+        replayed ones become their unrolls' priorities."""
         if part.sample is not None:
             self.memory.update_priorities(part.sample.indices,
-                                          unroll_errors[part.fresh:part.columns])
+                                          column_errors[part.fresh:part.columns])
 
-    def stats(self, part: ReplayedPart) -> dict[str, float]:
+    def stats(self, part: ReplayedPart) -> dict[str, float | None]:
         return {
             "replay_fill": len(self.memory) / self.memory.capacity,
             "replayed_share": part.count / part.columns,

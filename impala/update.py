@@ -1,0 +1,96 @@
+"""One learner update, the one sequence that the learner and the benchmarks both run: the
+fresh batch with (under replay) replayed unrolls written after it, the algorithm's loss,
+backward, the allreduce, clip and optimizer step (`--passes` times), the algorithm's
+after-update work (a target copy), and the replayed unrolls' new priorities. No sockets,
+no processes, no clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from impala.algorithm import Learning
+from impala.distributed import Backend
+from impala.mixing import UnrollReplay
+from impala.nets import Agent
+from impala.optim import scheduled_learning_rate
+from impala.rollout import Batch, core_state, to_device
+from impala.step import learn_step, torso_health
+
+if TYPE_CHECKING:
+    from impala.config import Config
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    learning_rate: float
+    total_frames: int  # the frame budget the learning rate anneals over
+    lr_hold_fraction: float
+    passes: int  # optimizer steps per batch
+    max_grad_norm: float
+
+    @classmethod
+    def of(cls, cfg: Config) -> UpdateSettings:
+        return cls(cfg.learning_rate, cfg.total_environment_frames, cfg.lr_hold_fraction,
+                   cfg.passes, cfg.gradients_clipping)
+
+
+@dataclass
+class UpdateStats:
+    """What one update reports (its last optimizer step's numbers)."""
+
+    total_loss: float
+    grad_norm: float
+    skipped: bool  # some step was not applied: a non-finite loss or gradient
+    learning_rate: float
+    scalars: dict[str, float]  # the algorithm's `log_scalars`
+    health: dict[str, float]  # the torso's: feature_std, dead_features (step.torso_health)
+    replay: dict[str, Any] = field(default_factory=dict)  # mixing.UnrollReplay.stats
+
+    def row(self) -> dict[str, Any]:
+        """As logs.csv columns."""
+        return {"total_loss": self.total_loss, "grad_norm": self.grad_norm,
+                "learning_rate": self.learning_rate, **self.scalars, **self.health,
+                **self.replay}
+
+
+class Update:
+    def __init__(self, model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
+                 learning: Learning, replay: UnrollReplay | None, device: torch.device,
+                 settings: UpdateSettings) -> None:
+        self.model, self.optimizer, self.backend = model, optimizer, backend
+        self.learning, self.replay = learning, replay
+        self.device, self.settings = device, settings
+
+    def __call__(self, batch: Batch, number: int, frames_before: int,
+                 frames_after: int) -> UpdateStats:
+        """Update number `number` (from 0) on a full batch; `frames_before`/`after`: the
+        run's frames over all learners before and after it (every rank passes the same)."""
+        s = self.settings
+        learning_rate = scheduled_learning_rate(s.learning_rate, frames_before,
+                                                s.total_frames, s.lr_hold_fraction)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        part = None
+        tensors = batch.columns(batch.size)
+        if self.replay is not None:
+            part = self.replay.mix_into(batch, number, frames_before)
+            tensors = batch.columns(part.columns) | part.loss_inputs
+        tensors = to_device(tensors, self.device)
+        core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
+        skipped = False
+        for _ in range(s.passes):  # every rank makes the same number: allreduces pair up
+            result = learn_step(self.model, self.optimizer, self.backend, tensors, core,
+                                self.learning, s.max_grad_norm)
+            skipped = skipped or result.skipped
+        self.learning.after_update(self.model, frames_before, frames_after)
+        stats = UpdateStats(result.loss.total_loss.item(), result.grad_norm, skipped,
+                            learning_rate, result.loss.scalars,
+                            torso_health(result.loss.features))
+        if part is not None:
+            self.replay.reprioritize(part, result.loss.column_errors.cpu().numpy())
+            stats.replay = self.replay.stats(part)
+        return stats
