@@ -1,13 +1,11 @@
-"""Every flag of `experiment.py`: the schema, its parsing, and the values derived from it.
+"""Every flag of `experiment.py`: the schema, its checks, and the values derived from it.
 
 - Schema: `Config`, one frozen dataclass of the flags every run has, and in `settings` the
   algorithm's own flags (its `settings_class`, see impala/algorithm.py). Flag names keep
   those of scalable_agent and its multi-learner tweak, so their command lines work unchanged.
-- Parsing: `--preset` (default `auto`) replaces the defaults of the flags the user did not
-  set with a preset's values; `auto` takes the algorithm's preset for the environment's
-  family (envs.env_family). Presets belong to the algorithms that declare them. A resolved
-  Config names its preset and `to_argv` passes it on, so child processes resolve the same.
+- Checks: every value is checked when a Config is made (the algorithm checks its own).
 - Derived values: the run directory, the replay schedule, the environments' settings.
+How flags become a Config, presets in between, is presets.py; the command line, flags.py.
 """
 
 from __future__ import annotations
@@ -19,17 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from impala.algorithm import Algorithm, flag
-from impala.registry import algorithm_class, default_algorithm, known_algorithms, presets_of
+from impala.algorithm import flag
+from impala.registry import algorithm_class, default_algorithm
 from impala.settings import REWARD_CLIPPING_MODES, ReplaySchedule
 
 if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor gymnasium
     import torch
 
     from impala.envs import EnvSettings
-
-NO_PRESET = "none"  # the flags' own defaults: the IMPALA paper's Atari settings
-
 
 @dataclass(frozen=True)
 class Config:
@@ -54,9 +49,9 @@ class Config:
     height: int = flag(84, "observation height (Atari)")
     seed: int = flag(1, "seed for nets and environments (actors add their task)")
     # --- agent and algorithm ---------------------------------------------------------
-    algorithm: str = flag("impala", "a built-in algorithm (impala/algorithms/), or "
+    algorithm: str = flag("", "a built-in algorithm (impala/algorithms/), or "
                           "package.module:Class for one of your own; --preset=auto picks "
-                          "its settings")
+                          "its settings (empty: the built-in default)")
     agent_name: str = flag("SimpleConvNetAgent", "SimpleConvNetAgent, ResNetAgent, "
                            "ResNetLSTMAgent or MLPAgent (case-insensitive)")
     batch_size: int = flag(32, "unrolls per learner update (per learner)")
@@ -246,40 +241,11 @@ class Config:
 
         return torch.device(f"cuda:{local_rank}" if self.learner_device == "cuda" else "cpu")
 
-    def preset_values(self) -> dict[str, Any]:
-        """The values this run's preset gave (empty for none)."""
-        if self.preset == NO_PRESET:
-            return {}
-        return dict(_preset_of(algorithm_class(self.algorithm), self.preset).values)
-
     def to_dict(self) -> dict[str, Any]:
         """Every flag, the algorithm's own among them, by name."""
         return {**{f.name: getattr(self, f.name) for f in shared_fields()},
                 **dataclasses.asdict(self.settings)}
 
-    @classmethod
-    def from_flags(cls, flags: dict[str, Any]) -> Config:
-        """The Config of a command line: `flags` are those the user set (name -> value);
-        every other flag takes its preset's value, else its default."""
-        algorithm, preset = resolve_preset(flags)
-        defaults = preset_defaults(preset, algorithm)
-        if "replay_ratio" in flags and not INITIAL_REPLAY_FLAGS & flags.keys():
-            # A ratio the user sets holds from the first frame: `--replay_ratio=0` must turn
-            # replay off, not leave the preset's initial phase running.
-            defaults.update(initial_replay_ratio=0.0, initial_replay_frames=0)
-        return config_of({**defaults, **flags, "preset": preset, "algorithm": algorithm})
-
-    def to_argv(self, **overrides: Any) -> list[str]:
-        """The flags of this Config as `--name=value` for a child process's command line:
-        its preset, and every flag whose value differs from that preset's default."""
-        values = {**self.to_dict(), **overrides}
-        defaults = preset_defaults(values["preset"], values["algorithm"])
-        return [f"--preset={values['preset']}"] + [
-            f"--{name}={value}" for name, value in values.items()
-            if name != "preset" and value != defaults[name]]
-
-
-INITIAL_REPLAY_FLAGS = {"initial_replay_ratio", "initial_replay_frames"}
 
 def shared_fields() -> list[dataclasses.Field]:
     """The flags every run has (Config's fields but `settings`)."""
@@ -293,69 +259,3 @@ def parse_host_port(text: str) -> tuple[str, int]:
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"port must be an integer in 1..65535, got {port!r} in {text!r}")
     return host, int(port)
-
-
-def resolve_preset(flags: dict[str, Any]) -> tuple[str, str]:
-    """(algorithm, preset) of a command line: `--preset=auto` (the default) takes the
-    algorithm's preset for the environment's family, else none; a named preset brings the
-    algorithm that declares it."""
-    algorithm = flags.get("algorithm") or ""
-    preset = flags.get("preset", "auto")
-    if preset == "auto":
-        from impala.envs import env_family  # gymnasium: only when a level is resolved
-
-        cls = algorithm_class(algorithm or default_algorithm())
-        level = flags.get("level_name", Config.__dataclass_fields__["level_name"].default)
-        family = env_family(level)
-        matching = [p.name for p in cls.presets if family in p.families]
-        return algorithm or default_algorithm(), matching[0] if matching else NO_PRESET
-    if preset == NO_PRESET:
-        return algorithm or default_algorithm(), preset
-    presets = presets_of(known_algorithms(*([algorithm] if ":" in algorithm else [])))
-    if preset not in presets:
-        raise ValueError(f"--preset: unknown preset {preset!r}; choose auto, {NO_PRESET} or "
-                         f"one of {', '.join(presets)}")
-    owner = presets[preset][0]
-    if algorithm and algorithm != owner:
-        raise ValueError(f"--preset={preset} is a preset of --algorithm={owner}, not of "
-                         f"--algorithm={algorithm}")
-    return owner, preset
-
-
-def preset_defaults(preset: str, algorithm: str) -> dict[str, Any]:
-    """Every flag's default for `algorithm` under `preset` (or none), by name."""
-    cls = algorithm_class(algorithm)
-    base = {f.name: f.default for f in shared_fields()}
-    base |= {f.name: f.default for f in dataclasses.fields(cls.settings_class)}
-    values = {} if preset == NO_PRESET else dict(_preset_of(cls, preset).values)
-    return {**base, **values, "preset": preset, "algorithm": algorithm}
-
-
-def _preset_of(cls: type[Algorithm], name: str):
-    for preset in cls.presets:
-        if preset.name == name:
-            return preset
-    raise ValueError(f"--preset={name} is not a preset of --algorithm={cls.name}")
-
-
-def config_of(values: dict[str, Any]) -> Config:
-    """A Config from flat flag values (shared and the algorithm's own); a flag that is
-    another algorithm's is an error that says whose it is."""
-    cls = algorithm_class(values.get("algorithm") or default_algorithm())
-    shared = {f.name for f in shared_fields()}
-    own = {f.name for f in dataclasses.fields(cls.settings_class)}
-    foreign = sorted(set(values) - shared - own)
-    if foreign:
-        raise ValueError("; ".join(_foreign_flag(name, values) for name in foreign))
-    settings = cls.settings_class(**{k: v for k, v in values.items() if k in own})
-    return Config(**{k: v for k, v in values.items() if k in shared}, settings=settings)
-
-
-def _foreign_flag(name: str, values: dict[str, Any]) -> str:
-    owners = [key for key, cls in known_algorithms().items()
-              if name in {f.name for f in dataclasses.fields(cls.settings_class)}]
-    algorithm = values.get("algorithm") or default_algorithm()
-    if owners:
-        return (f"--{name} is a flag of --algorithm={'/'.join(owners)}; "
-                f"--algorithm={algorithm} has no use for it")
-    return f"unknown flag --{name}"

@@ -2,10 +2,9 @@
 
 `curve.png` has panels over frames: the episode return (each episode faint, the mean of the
 last 30 bold), then the panels the run's algorithm declares (impala/algorithm.py `Panel`,
-kept in meta.json: IMPALA's loss terms and entropy, Ape-X's and R2D2's TD error, Q-value,
-replay and near-greedy return...), then agent steps per second. A watcher process redraws
-it after every log row (`CurvePlotter`: its own session at idle priority, so it takes only
-CPU that training leaves) and the learner once more at the end.
+kept in meta.json: its loss terms, values, replay...), then agent steps per second. A
+watcher process redraws it after every log row (`CurvePlotter`: its own session at idle
+priority, so it takes only CPU that training leaves) and the learner once more at the end.
 
   impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
   impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames

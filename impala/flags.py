@@ -1,6 +1,6 @@
 """The command line of `experiment.py` (and the training flags of the frontend): one typed
 `--name` per flag of the Config, grouped as every run's and each algorithm's own, with its
-default under each preset in its help. Values go to config.Config.from_flags."""
+default under each preset in its help. Values go to presets.config_from_flags."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import sys
 from typing import Any
 
 from impala.config import Config, shared_fields
-from impala.registry import known_algorithms, presets_of
+from impala.presets import config_from_flags
+from impala.registry import (
+    builtin_algorithms,
+    default_algorithm,
+    known_algorithms,
+    presets_of,
+)
 
 # Flags that are gone, each with what replaced it: an old command line fails with this
 # message rather than argparse's bare "unrecognized arguments".
@@ -39,9 +45,14 @@ def add_config_flags(parser: argparse.ArgumentParser, argv: list[str] | None = N
     Unset flags stay None, so presets know which flags the user set."""
     algorithms = known_algorithms(*_algorithm_named(sys.argv[1:] if argv is None else argv))
     presets = [preset for _, preset in presets_of(algorithms).values()]
-    shared = parser.add_argument_group("flags of every run")
+    group = parser
+    listed = {"algorithm": f"built in: {', '.join(builtin_algorithms())}",
+              "preset": f"presets: {', '.join(p.name for p in presets)}"}
     for f in shared_fields():
-        _add_flag(shared, f, presets, "auto" if f.name == "preset" else f.default)
+        if f.name in SECTIONS:
+            group = parser.add_argument_group(SECTIONS[f.name])
+        shown = {"preset": "auto", "algorithm": default_algorithm()}.get(f.name, f.default)
+        _add_flag(group, f, presets, shown, listed.get(f.name))
     groups: dict[type, list[str]] = {}
     for key, cls in algorithms.items():
         groups.setdefault(cls.settings_class, []).append(key)
@@ -54,11 +65,23 @@ def add_config_flags(parser: argparse.ArgumentParser, argv: list[str] | None = N
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
 
 
-def _add_flag(group, f: dataclasses.Field, presets: list, default: Any) -> None:
+# The shared flags' groups in --help, by the first flag of each (in Config's order).
+SECTIONS = {
+    "mode": "what runs", "level_name": "environment", "algorithm": "agent and training",
+    "replay_ratio": "replay (every algorithm)",
+    "first_env": "this actor's place among the run's environments",
+    "decay": "optimizer (TensorFlow 1's RMSProp)", "learner_host": "processes and transport",
+    "log_interval_s": "logs and checkpoints",
+}
+
+
+def _add_flag(group, f: dataclasses.Field, presets: list, default: Any,
+              choices: str | None = None) -> None:
     kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str)
                                                       else f.type.__name__]
     by_preset = [f"{p.name}: {p.values[f.name]}" for p in presets if f.name in p.values]
     shown = f"default: {default}" + (f"; preset {', '.join(by_preset)}" if by_preset else "")
+    shown += f"; {choices}" if choices else ""
     group.add_argument(f"--{f.name}", type=kind, default=None,
                        choices=f.metadata["choices"], help=f"{f.metadata['help']} ({shown})")
 
@@ -80,7 +103,7 @@ def config_from_namespace(namespace: argparse.Namespace) -> Config:
     if retired:
         raise ValueError("\n  ".join(retired))
     names = flag_names(getattr(namespace, "algorithm", None))
-    return Config.from_flags({k: v for k, v in vars(namespace).items()
+    return config_from_flags({k: v for k, v in vars(namespace).items()
                               if k in names and v is not None})
 
 

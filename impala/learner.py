@@ -25,6 +25,7 @@ from impala.logs import LearnerLogs, RunMeta, status_line
 from impala.mixing import UnrollReplay
 from impala.nets import build_agent
 from impala.optim import RMSpropTF
+from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.receiver import ReceiverStopped, UnrollReceiver
 from impala.registry import build_algorithm
@@ -70,7 +71,7 @@ class Learner:
         optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
                               decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
         self.counters = self._restore(optimizer)
-        # LASER: each rank replays its own actors' unrolls (rebuilt from new ones on resume).
+        # Each rank replays its own actors' unrolls (rebuilt from new ones on resume).
         self.replay = UnrollReplay(
             self.layout, cfg.batch_size, cfg.replay_schedule, cfg.replay_size,
             cfg.priority_exponent, cfg.importance_sampling_exponent, seed=cfg.seed + self.rank,
@@ -126,7 +127,7 @@ class Learner:
 
             # The panels go in meta.json, so curve.png can be redrawn from the directory.
             meta = RunMeta(self.run_dir, self.cfg.to_dict(), role="learner",
-                           preset=self.cfg.preset_values(),
+                           preset=preset_values(self.cfg),
                            panels=[dataclasses.asdict(p) for p in self.algorithm.panels])
             plotter = CurvePlotter(self.run_dir)
             plotter.start()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from impala.config import Config
+from impala.presets import to_argv
 from impala.process import PARENT_PID_VARIABLE
 
 log = logging.getLogger("local")
@@ -21,7 +22,7 @@ RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
 
 def actor_command(cfg: Config, task: int) -> list[str]:
     """The command line of actor `task`, carrying every non-default flag of this run."""
-    argv = cfg.to_argv(job_name="actor", task=task)
+    argv = to_argv(cfg, job_name="actor", task=task)
     return [sys.executable, "-m", "impala.cli", *argv]
 
 

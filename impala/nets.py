@@ -221,7 +221,7 @@ class ResNetLSTMAgent(ResNetAgent):
 
 class MLPLSTMAgent(MLPAgent):
     """The MLP torso followed by an LSTM of 64: a recurrent agent for small observations
-    (vectors, or small images flattened), e.g. R2D2 on impala/Recall-v0."""
+    (vectors, or small images flattened), e.g. on impala/Recall-v0."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
                  heads: tuple[Head, ...], action_reward_inputs: bool = True,
@@ -253,7 +253,7 @@ def lstm_core(lstm: nn.LSTM, features: torch.Tensor, done: torch.Tensor,
 
     One LSTM call per stretch of steps in which no env starts an episode, the state zeroed
     at each stretch's first step for the envs that start there: the same result as a call
-    per step, at a fraction of the Python overhead (the R2D2 Recall test: 51 s -> 28 s).
+    per step, at a fraction of the Python overhead (a recurrent Recall test: 51 s -> 28 s).
     Record: sandbox/value.md ("The LSTM by stretches")."""
     starts = done.bool()
     bounds = [0, *starts[1:].any(dim=1).nonzero().flatten().add(1).tolist(), len(features)]

@@ -139,8 +139,9 @@ class RecallEnv(CueTrialsEnv):
     `[size, size]` uint8; 2 actions (left, right).
 
     An agent that sees its own last action can carry the cue in it (answer the cue at once,
-    repeat that action through the blanks): a feed-forward Ape-X did, 3.9 of 5 at 60K
-    frames, so Ape-X's agent sees frames only, as in its paper (sandbox/value.md).
+    repeat that action through the blanks): a feed-forward value-based agent did, 3.9 of 5
+    at 60K frames, which is why an agent can be built without those inputs
+    (sandbox/value.md).
     `impala/RecallShort-v0` (gap = 2: the cue is still in a 4-frame stack at "go") is the
     control a feed-forward agent does solve."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from impala.config import Config, config_of
+from impala.config import Config
 from impala.launcher.cluster import read_cluster_csv
 from impala.launcher.plan import (
     PROJECT_ROOT,
@@ -16,6 +16,7 @@ from impala.launcher.plan import (
     key_copies,
     preflight_checks,
 )
+from impala.presets import config_of
 
 HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password,workdir\n"
 CSV = (HEADER

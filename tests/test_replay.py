@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 from impala import losses
 from impala.algorithms.impala import Impala
-from impala.config import NO_PRESET, Config, preset_defaults
 from impala.flags import parse_config
 from impala.mixing import UnrollReplay, replayed_count
+from impala.presets import NO_PRESET, config_from_flags, preset_defaults
 from impala.replay import ReplayMemory, SumTree
 from impala.rollout import Batch
 from impala.settings import ReplaySchedule
@@ -337,7 +337,7 @@ def test_bad_replay_flags_are_refused_with_the_field_named(flags, message):
     with pytest.raises(SystemExit):
         parse_config(["--level_name=CartPole-v1", *flags])
     with pytest.raises(ValueError) as error:
-        Config.from_flags({"level_name": "CartPole-v1",
+        config_from_flags({"level_name": "CartPole-v1",
                            **{f.split("=")[0][2:]: _value(f) for f in flags}})
     assert message in str(error.value)
 

@@ -33,6 +33,7 @@ from impala.launcher.ssh import (
     mpirun_ssh_agent,
     openssh_argv,
 )
+from impala.presets import to_argv
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 # Flags that the frontend sets per process instead of passing through.
@@ -160,7 +161,7 @@ class Plan:
 
 
 def _training_flags(cfg: Config) -> list[str]:
-    return [flag for flag in cfg.to_argv()
+    return [flag for flag in to_argv(cfg)
             if flag.split("=", 1)[0].lstrip("-") not in PER_PROCESS_FLAGS]
 
 
@@ -231,7 +232,7 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
         command=logged_argv(mpi, pidfile, log), pidfile=pidfile, log=log)
 
     # Actor i is the i-th actor of the file and serves learner i mod L; its environments
-    # follow those of the actors before it (Ape-X's per-environment epsilons).
+    # follow those of the actors before it (exploration that differs per environment).
     actor_workers = [w for w in workers if w.job == "actor"]
     env_counts = [w.num_envs or cfg.num_envs for w in actor_workers]
     first_envs = [sum(env_counts[:i]) for i in range(len(env_counts))]
