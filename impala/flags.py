@@ -111,7 +111,10 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(
         prog="experiment.py",
         description="A learner, an actor, or a whole local run (see README).")
-    add_config_flags(parser, argv)
+    try:
+        add_config_flags(parser, argv)
+    except ValueError as exc:  # an --algorithm=module:Class that cannot be imported
+        parser.error(str(exc))
     namespace = parser.parse_args(argv)
     try:
         return config_from_namespace(namespace)

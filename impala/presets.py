@@ -33,13 +33,14 @@ def config_from_flags(flags: dict[str, Any]) -> Config:
 
 
 def to_argv(cfg: Config, **overrides: Any) -> list[str]:
-    """The flags of `cfg` as `--name=value` for a child process's command line:
-    its preset, and every flag whose value differs from that preset's default."""
+    """The flags of `cfg` as `--name=value` for a child process's command line: its
+    algorithm and preset (so the child finds both, and the algorithm's flags, at once), and
+    every flag whose value differs from that preset's default."""
     values = {**cfg.to_dict(), **overrides}
     defaults = preset_defaults(values["preset"], values["algorithm"])
-    return [f"--preset={values['preset']}"] + [
+    return [f"--algorithm={values['algorithm']}", f"--preset={values['preset']}"] + [
         f"--{name}={value}" for name, value in values.items()
-        if name != "preset" and value != defaults[name]]
+        if name not in ("preset", "algorithm") and value != defaults[name]]
 
 
 def preset_values(cfg: Config) -> dict[str, Any]:

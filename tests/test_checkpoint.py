@@ -7,6 +7,8 @@ from impala import checkpoint
 from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.nets import create_agent
+from impala.optim import RMSpropTF
+from impala.registry import algorithm_class
 
 
 def make(tmp_path, **flags):
@@ -40,6 +42,47 @@ def test_a_checkpoint_of_an_older_version_with_a_version_counter_loads(tmp_path)
     state["counters"]["version"] = 5  # older versions kept it beside "updates"
     torch.save(state, path)
     assert checkpoint.load(path, cfg.to_dict())["counters"]["updates"] == 5
+
+
+@pytest.mark.parametrize("algorithm", ["impala", "apex"])
+def test_a_checkpoint_from_before_heads_were_named_by_algorithms_resumes(tmp_path, algorithm):
+    """Before, every agent had a `policy` and a `baseline` head (Ape-X read its advantages
+    and values out of them); each algorithm says which of its heads they were. The
+    optimizer's state is kept by parameter order, which did not change."""
+    cls = algorithm_class(algorithm)
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", algorithm=algorithm)
+    model = create_agent("MLPAgent", (4,), 2, cls.heads)
+    optimizer = RMSpropTF(model.parameters(), lr=0.01)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    new_to_old = {f"heads.{new}.": f"{old}." for old, new in cls.old_head_names.items()}
+    old_weights = {}
+    for key, value in model.state_dict().items():
+        prefix = next((p for p in new_to_old if key.startswith(p)), None)
+        old_weights[new_to_old[prefix] + key[len(prefix):] if prefix else key] = value
+    assert {"policy.weight", "baseline.bias"} <= old_weights.keys()
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": checkpoint.FORMAT, "model": old_weights,
+                "optimizer": optimizer.state_dict(), "counters": {"frames": 7, "updates": 1},
+                "flags": {k: v for k, v in cfg.to_dict().items() if k != "algorithm"}}, path)
+    fresh = create_agent("MLPAgent", (4,), 2, cls.heads)
+    fresh_optimizer = RMSpropTF(fresh.parameters(), lr=0.01)
+    assert checkpoint.resume(path, fresh, fresh_optimizer, cfg.to_dict(),
+                             cls.old_head_names) == {"frames": 7, "updates": 1}
+    for key, value in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+    with pytest.raises(checkpoint.CheckpointError, match="weights do not fit this agent"):
+        checkpoint.resume(path, create_agent("MLPAgent", (4,), 2, cls.heads),
+                          fresh_optimizer, cfg.to_dict())  # no renaming: refused, clearly
+
+
+def test_another_algorithms_checkpoint_is_refused(tmp_path):
+    _, _, path = make(tmp_path)
+    apex = Config(level_name="CartPole-v1", agent_name="MLPAgent", algorithm="apex")
+    with pytest.raises(checkpoint.CheckpointError,
+                       match="algorithm: checkpoint has 'impala', this run 'apex'"):
+        checkpoint.load(path, apex.to_dict())
 
 
 def test_another_agent_or_game_is_refused(tmp_path):

@@ -38,7 +38,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="Start learners (one mpirun) and actors (tmux panes) from a CSV of hosts; "
                     "the training flags are passed to every process.")
     add_frontend_flags(parser.add_argument_group("cluster"))
-    add_config_flags(parser, argv)
+    try:
+        add_config_flags(parser, argv)
+    except ValueError as exc:  # an --algorithm=module:Class that cannot be imported
+        parser.error(str(exc))
     return parser
 
 
