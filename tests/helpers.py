@@ -169,11 +169,14 @@ def weights_answered(sock, timeout_ms: int) -> bool:
     return json.loads(sock.recv_multipart()[0])["kind"] == "weights"
 
 
-def assert_ranks_in_sync(run_dir: Path, same_rows: bool = True) -> pd.DataFrame:
+def assert_ranks_in_sync(run_dir: Path, same_rows: bool = True,
+                         rank_dirs: list[Path] | None = None) -> pd.DataFrame:
     """param_checksum equal (to the last bit, as written) on both ranks at every update
     both logged; with `same_rows`, both logged the same updates (a run that ended by
-    itself; one stopped from outside may leave one rank a row ahead)."""
-    ranks = [pd.read_csv(run_dir / f"learner-{r}.csv", dtype={"param_checksum": str})
+    itself; one stopped from outside may leave one rank a row ahead). `rank_dirs`: where
+    each rank's files are, when the ranks ran on hosts of their own."""
+    rank_dirs = rank_dirs or [run_dir, run_dir]
+    ranks = [pd.read_csv(rank_dirs[r] / f"learner-{r}.csv", dtype={"param_checksum": str})
              for r in (0, 1)]
     merged = ranks[0].merge(ranks[1], on="updates", suffixes=("_0", "_1"))
     assert len(merged) >= 3

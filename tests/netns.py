@@ -4,6 +4,11 @@ namespace with its own address and its own sshd (key login; optionally password 
 Only addresses inside namespaces made here (and the bridge's own) are ever used. A password
 host's sshd sees, in a mount namespace of its own, a copy of /etc/shadow in which root has
 a random test password: this machine's own passwords are neither used nor changed.
+
+With `private_dir`, every host also sees a directory of its own at that path (bind-mounted in
+its sshd's mount namespace, which everything started over SSH inherits), as separate machines
+would: a file written there on one host is not on another, nor here. `host.local_path(path)`
+is where this machine sees a host's copy.
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ class NamespaceHost:
     name: str  # namespace
     address: str
     sshd_pidfile: Path
+    private_dir: Path | None = None  # the path where this host sees its own directory
+    private_copy: Path | None = None  # that directory, as this machine sees it
+
+    def local_path(self, path: Path) -> Path:
+        """Where this machine sees the host's file at `path` (under `private_dir`)."""
+        assert self.private_dir is not None and self.private_copy is not None
+        return self.private_copy / Path(path).relative_to(self.private_dir)
 
     def pids(self) -> set[int]:
         out = sh("ip", "netns", "pids", self.name, check=False).stdout.split()
@@ -55,8 +67,10 @@ class NamespaceHost:
 class NamespaceNetwork:
     """`count` hosts at SUBNET.1 .. SUBNET.count; `ssh_config` logs in as root with a key."""
 
-    def __init__(self, workdir: Path, count: int = 3, password_hosts: tuple[int, ...] = ()):
+    def __init__(self, workdir: Path, count: int = 3, password_hosts: tuple[int, ...] = (),
+                 private_dir: Path | None = None):
         self.workdir = workdir
+        self.private_dir = private_dir
         self.count = count
         self.password_hosts = password_hosts  # indices whose sshd takes passwords too
         self.password = secrets.token_urlsafe(12)  # root's, on the password hosts only
@@ -124,16 +138,26 @@ class NamespaceNetwork:
                                          else "prohibit-password"),
                    "PasswordAuthentication=" + ("yes" if index in self.password_hosts
                                                 else "no")]
-        argv = ["ip", "netns", "exec", name]
+        binds = []  # (what, where) in the sshd's own mount namespace
         if index in self.password_hosts:  # sees the test /etc/shadow, nothing else does
+            binds.append((self.workdir / "shadow", Path("/etc/shadow")))
+        copy = None
+        if self.private_dir is not None:
+            copy = self.workdir / f"private-{index}"
+            copy.mkdir()
+            binds.append((copy, self.private_dir))
+        argv = ["ip", "netns", "exec", name]
+        if binds:
+            mounts = " && ".join(f'mount --bind "${2 * k}" "${2 * k + 1}"'
+                                 for k in range(len(binds)))
             argv += ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                     'mount --bind "$0" /etc/shadow && exec "$@"',
-                     str(self.workdir / "shadow")]
+                     f'{mounts} && shift {2 * len(binds) - 1} && exec "$@"',
+                     *(str(p) for pair in binds for p in pair)]
         argv += ["/usr/sbin/sshd"]
         for option in options:
             argv += ["-o", option]
         sh(*argv)
-        return NamespaceHost(name, address, pidfile)
+        return NamespaceHost(name, address, pidfile, self.private_dir, copy)
 
     def _wait_for_sshd(self, host: NamespaceHost) -> None:
         deadline = time.time() + 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -273,7 +274,8 @@ def test_ctrl_c_in_a_foreground_run_stops_the_whole_run(tmp_path):
 def network(tmp_path_factory):
     if NETNS_SKIP:
         pytest.skip(f"multi-host tests need network namespaces: {NETNS_SKIP}")
-    with NamespaceNetwork(tmp_path_factory.mktemp("net"), 3, password_hosts=(2,)) as net:
+    with NamespaceNetwork(tmp_path_factory.mktemp("net"), 3, password_hosts=(2,),
+                          private_dir=tmp_path_factory.mktemp("each-host")) as net:
         yield net
 
 
@@ -306,33 +308,45 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
     """Ape-X on two learners on two namespace hosts under one mpirun, two actors on a third,
     all started over SSH: the ranks, each replaying its own actors' unrolls and copying its
     target network every 640 frames (5 updates of 2 x 8 x 8), stay bit-identical; --stop
-    leaves nothing in any host."""
-    a, b, c = (h.address for h in network.hosts)
+    leaves nothing in any host. The run directory's path is a directory of its own on each
+    host, as on separate machines: the key file reaches each by SSH, and each learner's
+    files stay on its host."""
+    hosts = network.hosts
+    a, b, c = (h.address for h in hosts)
     path = tmp_path / "hosts.csv"
     path.write_text(HEADER + f"learner,{a},8001,,,,\nlearner,{b},8001,,,,\n"
                     f"actor,{c},9001,,,,\nactor,{c},9002,,,,\n")
     session = "impala-test-multihost"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
-    flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}", f"--logdir={tmp_path}",
+    logdir = network.private_dir / tmp_path.name
+    run_dir = logdir / "CartPole-v1_MLPAgent"  # here; each host has its own copy of it
+    flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}", f"--logdir={logdir}",
              f"--ssh_config={network.ssh_config}", f"--mpi_iface={SUBNET}.0/24",
              "--total_environment_frames=100000000", *CARTPOLE, "--algorithm=apex",
              "--target_update_frames=640"]
     started = frontend(*flags, "--detach", "--force", timeout=180)
     assert started.returncode == 0, started.stdout + started.stderr
     assert "checking 3 remote host(s)" in started.stdout
+    rank_dirs = [hosts[0].local_path(run_dir), hosts[1].local_path(run_dir)]
     try:
-        wait_for(lambda: last_value(run_dir / "learner-1.csv", "frames") > 20_000, 180,
+        wait_for(lambda: last_value(rank_dirs[1] / "learner-1.csv", "frames") > 20_000, 180,
                  "training on both learners")
         # Each learner ran in its own host's namespace, each actor in the third.
         pids = {h.name: h.pids() for h in network.hosts}
         assert all(len(p) > 1 for p in pids.values()), pids
-        assert "listening on tcp://" + a in (run_dir / "learner-0.log").read_text()
-        assert "listening on tcp://" + b in (run_dir / "learner-1.log").read_text()
+        assert "listening on tcp://" + a in (rank_dirs[0] / "learner-0.log").read_text()
+        assert "listening on tcp://" + b in (rank_dirs[1] / "learner-1.log").read_text()
+        assert not (run_dir / "learner-0.csv").exists()  # each learner's files on its host
         status = frontend(*flags, "--status")
         assert status.stdout.count(" alive ") == 3, status.stdout
-        # The keys went to each host over SSH; a peer without them gets nothing from a
-        # learner in another namespace, the run's key file gets its weights.
+        # The keys went to each host over SSH, each to a file of its own; a peer without
+        # them gets nothing from a learner in another namespace, the key file gets weights.
         assert "copied to 3 remote host(s)" in started.stdout
+        local_keys = run_dir / "keys" / "run.keys"
+        for host in hosts:
+            copy = host.local_path(local_keys)
+            assert copy.read_bytes() == local_keys.read_bytes(), host.name
+            assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+            assert not copy.samefile(local_keys)
         for keys, expected in ((None, False), (run_dir, True)):
             sock = dealer_to(8001, keys, linger_ms=0, host=a)
             assert weights_answered(sock, timeout_ms=5000) == expected
@@ -344,12 +358,13 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
              "no process of the run left in any namespace")
     assert not tmux_has(session)
     time.sleep(0.5)
-    assert not processes_mentioning(str(tmp_path))
+    assert not processes_mentioning(str(logdir))
     # Each actor's epsilons came from its place among all 8 environments of the run.
     assert "environments 4-7 of 8" in (run_dir / "actor-1.log").read_text()
-    logs = read_csv(run_dir / "logs.csv")
+    logs = read_csv(rank_dirs[0] / "logs.csv")
     assert logs["td_error"].notna().all() and logs["replay_fill"].iloc[-1] > 0
-    assert assert_ranks_in_sync(run_dir, same_rows=False)["updates"].iloc[-1] > 20
+    synced = assert_ranks_in_sync(rank_dirs[0], same_rows=False, rank_dirs=rank_dirs)
+    assert synced["updates"].iloc[-1] > 20
 
 
 @pytest.mark.slow
