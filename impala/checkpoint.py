@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from impala.nets import renamed_old_heads
 from impala.weights import non_finite
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -75,6 +74,17 @@ def load(path: Path, flags: dict[str, Any]) -> dict[str, Any]:
             f"{path} belongs to another run ({'; '.join(mismatched)}); use another "
             "--run_name or --logdir, or the same agent and game")
     return state
+
+
+def renamed_old_heads(state: Mapping[str, torch.Tensor], names: Mapping[str, str]
+                      ) -> dict[str, torch.Tensor]:
+    """A state dict written before heads were named by algorithms (`policy.weight`, ...),
+    with each old head renamed as `names` says (`heads.<new>.weight`); others unchanged."""
+    renamed = {}
+    for key, value in state.items():
+        module, _, rest = key.partition(".")
+        renamed[f"heads.{names[module]}.{rest}" if module in names else key] = value
+    return renamed
 
 
 def restore_model(model: nn.Module, state: dict[str, Any], path: Path,

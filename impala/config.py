@@ -53,7 +53,8 @@ class Config:
                           "package.module:Class for one of your own; --preset=auto picks "
                           "its settings (empty: the built-in default)")
     agent_name: str = flag("SimpleConvNetAgent", "SimpleConvNetAgent, ResNetAgent, "
-                           "ResNetLSTMAgent or MLPAgent (case-insensitive)")
+                           "ResNetLSTMAgent, SimpleConvNetLSTMAgent, MLPAgent or "
+                           "MLPLSTMAgent (case-insensitive)")
     batch_size: int = flag(32, "unrolls per learner update (per learner)")
     unroll_length: int = flag(20, "agent steps per unroll (T)")
     total_environment_frames: int = flag(200_000_000, "stop after this many frames over all "

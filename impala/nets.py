@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -200,15 +199,11 @@ class ResNetAgent(Agent):
         return self.resnet(x)
 
 
-class ResNetLSTMAgent(ResNetAgent):
-    """The deep ResNet followed by an LSTM of 256 whose state is reset where `done` is set."""
+class _LSTMCore:
+    """For an agent whose torso is followed by `self.lstm`: its state, zeroed where `done`
+    starts an episode."""
 
-    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
-                 heads: tuple[Head, ...], action_reward_inputs: bool = True,
-                 lstm_size: int = 256) -> None:
-        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
-        self.lstm = nn.LSTM(256 + self.extra_inputs, lstm_size, num_layers=1)
-        self._build_heads(lstm_size)
+    lstm: nn.LSTM
 
     def initial_state(self, batch_size: int) -> CoreState:
         return lstm_initial_state(self.lstm, batch_size)
@@ -219,7 +214,31 @@ class ResNetLSTMAgent(ResNetAgent):
         return lstm_core(self.lstm, features, done, core_state)
 
 
-class MLPLSTMAgent(MLPAgent):
+class ResNetLSTMAgent(_LSTMCore, ResNetAgent):
+    """The deep ResNet followed by an LSTM of 256 whose state is reset where `done` is set."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True,
+                 lstm_size: int = 256) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
+        self.lstm = nn.LSTM(256 + self.extra_inputs, lstm_size, num_layers=1)
+        self._build_heads(lstm_size)
+
+
+class SimpleConvNetLSTMAgent(_LSTMCore, SimpleConvNetAgent):
+    """Nature DQN's torso followed by an LSTM of 512: R2D2's network, at a fraction of the
+    deep ResNet-LSTM's cost."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
+                 heads: tuple[Head, ...], action_reward_inputs: bool = True,
+                 lstm_size: int = 512) -> None:
+        super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
+        self.lstm = nn.LSTM(512 + self.extra_inputs, lstm_size, num_layers=1)
+        self._build_heads(lstm_size)
+        _init_heads(self)
+
+
+class MLPLSTMAgent(_LSTMCore, MLPAgent):
     """The MLP torso followed by an LSTM of 64: a recurrent agent for small observations
     (vectors, or small images flattened), e.g. on impala/Recall-v0."""
 
@@ -230,14 +249,6 @@ class MLPLSTMAgent(MLPAgent):
                          hidden_size)
         self.lstm = nn.LSTM(hidden_size + self.extra_inputs, hidden_size, num_layers=1)
         self._build_heads(hidden_size)
-
-    def initial_state(self, batch_size: int) -> CoreState:
-        return lstm_initial_state(self.lstm, batch_size)
-
-    def core(
-        self, features: torch.Tensor, done: torch.Tensor, core_state: CoreState
-    ) -> tuple[torch.Tensor, CoreState]:
-        return lstm_core(self.lstm, features, done, core_state)
 
 
 def lstm_initial_state(lstm: nn.LSTM, batch_size: int) -> CoreState:
@@ -280,8 +291,14 @@ def _init_relu_torso_and_heads(agent: Agent) -> None:
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
             nn.init.zeros_(module.bias)
+    _init_heads(agent)
+
+
+def _init_heads(agent: Agent) -> None:
+    """Each head orthogonal with its own gain, biases zero."""
     for spec in agent.head_specs:
         nn.init.orthogonal_(agent.heads[spec.name].weight, gain=spec.init_gain)
+        nn.init.zeros_(agent.heads[spec.name].bias)
 
 
 def _flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
@@ -293,6 +310,7 @@ AGENTS: dict[str, type[Agent]] = {
     "SimpleConvNetAgent": SimpleConvNetAgent,
     "ResNetAgent": ResNetAgent,
     "ResNetLSTMAgent": ResNetLSTMAgent,
+    "SimpleConvNetLSTMAgent": SimpleConvNetLSTMAgent,
     "MLPAgent": MLPAgent,
     "MLPLSTMAgent": MLPLSTMAgent,
 }
@@ -322,13 +340,3 @@ def build_agent(name: str, env: EnvInfo, algorithm: Algorithm | type[Algorithm])
     return create_agent(name, env.observation_shape, env.num_actions, algorithm.heads,
                         algorithm.action_reward_inputs)
 
-
-def renamed_old_heads(state: Mapping[str, torch.Tensor], names: Mapping[str, str]
-                      ) -> dict[str, torch.Tensor]:
-    """A state dict written before heads were named by algorithms (`policy.weight`, ...),
-    with each old head renamed as `names` says (`heads.<new>.weight`); others unchanged."""
-    renamed = {}
-    for key, value in state.items():
-        module, _, rest = key.partition(".")
-        renamed[f"heads.{names[module]}.{rest}" if module in names else key] = value
-    return renamed

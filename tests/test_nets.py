@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from impala import nets
+from impala import checkpoint, nets
 from impala.algorithm import Head
 from impala.envs import random_play_observations
 
@@ -27,6 +27,7 @@ def inputs(T, B, obs_shape, dtype=torch.uint8):
     ("SimpleConvNetAgent", ATARI, torch.uint8),
     ("ResNetAgent", ATARI, torch.uint8),
     ("ResNetLSTMAgent", ATARI, torch.uint8),
+    ("SimpleConvNetLSTMAgent", ATARI, torch.uint8),
     ("MLPAgent", (4,), torch.float32),
 ])
 @pytest.mark.parametrize("T", [1, 3])
@@ -39,6 +40,8 @@ def test_output_shapes(name, obs_shape, dtype, T):
     assert output.heads["value"].shape == (T, B)
     if name == "ResNetLSTMAgent":
         assert [s.shape for s in state] == [(1, B, 256), (1, B, 256)]
+    elif name == "SimpleConvNetLSTMAgent":  # R2D2's: an LSTM of 512
+        assert [s.shape for s in state] == [(1, B, 512), (1, B, 512)]
     else:
         assert state == ()
 
@@ -190,7 +193,7 @@ def test_a_state_dict_from_before_named_heads_loads_under_the_algorithms_names()
     old = {key.replace("heads.logits.", "policy.").replace("heads.value.", "baseline."): value
            for key, value in agent.state_dict().items()}
     assert "policy.weight" in old and "baseline.bias" in old
-    renamed = nets.renamed_old_heads(old, {"policy": "logits", "baseline": "value"})
+    renamed = checkpoint.renamed_old_heads(old, {"policy": "logits", "baseline": "value"})
     fresh = nets.create_agent("MLPAgent", (4,), 2, HEADS)
     fresh.load_state_dict(renamed)
     for key, value in agent.state_dict().items():

@@ -3,6 +3,7 @@ actor priorities, target networks, and greedy evaluation of the checkpoint."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -65,6 +66,31 @@ def test_apex_learns_cartpole_with_its_defaults(tmp_path):
     assert last["replayed_share"] == 0.8  # 4 replayed per fresh unroll
     assert logs["td_error"].notna().all() and logs["q_value"].iloc[-1] > 10
     assert greedy_mean_return(run_dir.parent, flags, 100) >= 250
+
+
+# Ape-X's image preset met 4.2 over 100 episodes at 53K, 53K and 57K frames (seeds 1-3;
+# sandbox/value.md, "The CI test"); the code before target copies were counted in frames
+# reached 0.08 by 100K (one target copy in 695 updates, the rate annealed towards 0).
+APEX_CUE_BUDGET = 100_000
+
+
+@pytest.mark.slow
+def test_apex_learns_a_reward_paid_25_steps_later_through_the_atari_data_path(tmp_path):
+    """impala/DelayedCueLong-v0 with Ape-X's preset for image environments, the Atari
+    preset's rules (a target copy every so many frames, a constant rate, B = 4 with 3
+    replayed per fresh unroll): stacked frames sent once, the answer paid 25 steps later, as
+    a Pong point long after the paddle moved. With n = 3 the answer's value reaches back
+    only through ~9 target copies of bootstrapped values, so a target copied too seldom, or
+    a rate annealed to nothing, learns nothing here: Pong stayed at -21 for that reason.
+    Random play scores 0, perfect play 5."""
+    flags = ["--algorithm=apex", "--level_name=impala/DelayedCueLong-v0"]
+    train(tmp_path, [*flags, f"--total_environment_frames={APEX_CUE_BUDGET}",
+                     "--target_return=4.2"], timeout=600)
+    run_dir = tmp_path / "impala-DelayedCueLong-v0_SimpleConvNetAgent"
+    assert_stopped_at_the_target(run_dir, 4.2, APEX_CUE_BUDGET)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["flags"]["preset"] == "apex_image"
+    assert greedy_mean_return(tmp_path, flags, 100) >= 4.5
 
 
 @pytest.mark.slow
