@@ -14,7 +14,7 @@ R2D2, and R2D2's burn-in) and priority updates. `fresh_per_s` counts the steps a
 brings that the previous one of its environment did not (T + 1 - overlap).
 
   .venv/bin/python bench/learner.py [--agent_name=SimpleConvNetAgent] [--seconds=10]
-      [--replay_ratios 0 1 3] [--algorithms impala apex r2d2]
+      [--replay_ratios 0 1 3] [--algorithms impala apex r2d2 [--flags=--burn_in=20 ...]]
 """
 
 from __future__ import annotations
@@ -129,19 +129,23 @@ def filled_batch(layout: UnrollLayout, B: int, replay: UnrollReplay | None) -> B
     return batch
 
 
-def algorithm_config(algorithm: str, threads: int, replay_size: int) -> Config:
-    """The Pong preset of `algorithm`, with a replay small enough to fill quickly."""
+def algorithm_config(algorithm: str, threads: int, replay_size: int,
+                     flags: tuple[str, ...] = ()) -> Config:
+    """The Pong preset of `algorithm` (with `flags` over it), with a replay small enough to
+    fill quickly."""
     cfg = parse_config([f"--algorithm={algorithm}", "--preset=auto",
-                        "--level_name=PongNoFrameskip-v4", f"--learner_threads={threads}"])
+                        "--level_name=PongNoFrameskip-v4", f"--learner_threads={threads}",
+                        *flags])
     if cfg.replay_ratio > 0:
         cfg = dataclasses.replace(cfg, replay_size=min(cfg.replay_size, replay_size))
     return cfg
 
 
 def measure_algorithm(algorithm: str, threads: int, seconds: float,
-                      replay_size: int = 1000) -> dict[str, object]:
-    """Updates/s of `algorithm` at its Pong preset, through the learner's objects."""
-    cfg = algorithm_config(algorithm, threads, replay_size)
+                      replay_size: int = 1000, flags: tuple[str, ...] = ()) -> dict[str, object]:
+    """Updates/s of `algorithm` at its Pong preset (and `flags`), through the learner's
+    objects."""
+    cfg = algorithm_config(algorithm, threads, replay_size, flags)
     torch.set_num_threads(threads)
     keep_freed_memory()
     torch.manual_seed(0)
@@ -176,11 +180,14 @@ def main() -> None:
                         help="TxB batch shapes")
     parser.add_argument("--replay_ratios", type=float, nargs="*", default=[0.0],
                         help="0: the plain update; > 0: LASER updates at that ratio")
+    parser.add_argument("--flags", action="append", default=[],
+                        help="with --algorithms: training flags over each preset, e.g. "
+                             "--flags=--unroll_length=40 --flags=--burn_in=20")
     parser.add_argument("--algorithms", nargs="*", default=[],
                         help="instead of the above: each algorithm at its Pong preset")
     args = parser.parse_args()
     if args.algorithms:
-        rows = [measure_algorithm(name, threads, args.seconds)
+        rows = [measure_algorithm(name, threads, args.seconds, flags=tuple(args.flags))
                 for name in args.algorithms for threads in args.threads]
         common.report("learner_algorithms", rows, [
             "algorithm", "agent", "T", "B", "overlap", "threads", "replay_ratio",
