@@ -1,6 +1,7 @@
 """Flags: the original command lines parse; bad values name the flag."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from impala.algorithms.impala import ATARI
 from impala.config import Config, parse_host_port
 from impala.flags import flag_names, parse_config
 from impala.presets import config_of, to_argv
-from impala.registry import build_algorithm
+from impala.registry import build_algorithm, builtin_presets
 from tests.helpers import PRESETS
 
 ORIGINAL_README_FLAGS = [
@@ -153,3 +154,17 @@ def test_derived_settings_come_from_the_config_alone():
     assert str(cfg.device_for(3)) == "cpu"
     gpu = Config(learner_device="cuda")
     assert str(gpu.device_for(3)) == "cuda:3"  # one GPU per rank on a host
+
+
+def test_every_preset_states_its_rule_and_links_a_record_that_exists():
+    """A preset is a rule and a link to the runs behind it (no run tallies in code): the
+    page it names exists and has each section it names."""
+    root = Path(__file__).resolve().parent.parent
+    for name, preset in builtin_presets().items():
+        assert preset.rule and "\n" not in preset.rule, name
+        for page, sections in re.findall(r"(sandbox/[\w.-]+\.md)(?: \(([^)]*)\))?",
+                                         preset.record):
+            headings = [line for line in (root / page).read_text().splitlines()
+                        if line.startswith("#")]
+            for section in re.findall(r'"([^"]+)"', sections):
+                assert any(section in heading for heading in headings), (name, page, section)

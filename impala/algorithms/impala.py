@@ -48,15 +48,15 @@ ATARI = Preset(
             "priority_exponent": 0.6, "trust_region_threshold": 0.3},
     rule="4x the paper's updates per frame at 2x its rate, held for 80% of the budget; "
          "LASER replay of the last 3,000 unrolls, 4 per fresh one for 2M frames, then 3",
-    record="sandbox/replay.md (\"The preset repeated on the code as it stands\"): Pong +18 "
-           "within 5M frames in 5 runs of 9; sandbox/pong_curve.md (\"Step sizes\")")
+    record="sandbox/replay.md (\"The preset repeated on the code as it stands\"); "
+           "sandbox/pong_curve.md (\"Step sizes\", \"Pong with the defaults\")")
 CLASSIC = Preset(
     name="classic", families=("classic",),
     values={"agent_name": "MLPAgent", "num_envs": 16, "batch_size": 16,
             "learning_rate": 0.005, "baseline_cost": 0.25, "discounting": 0.98,
             "total_environment_frames": 300_000},
     rule="small fast updates for vector observations",
-    record="sandbox/pong_curve.md (\"CartPole\"): 475 over 100 episodes at ~180-250K frames")
+    record="sandbox/pong_curve.md (\"CartPole\")")
 
 
 class Impala(Algorithm):

@@ -25,7 +25,7 @@ IMAGE = Preset(
     name="r2d2_image", families=("image",),
     values={**SEQUENCES, "agent_name": "MLPLSTMAgent", "target_update_frames": 4_000,
             "total_environment_frames": 500_000},
-    rule=RULE, record="sandbox/value.md (\"Measured\"): impala/Recall-v0 by ~35K frames")
+    rule=RULE, record="sandbox/value.md (\"Measured\")")
 ATARI = Preset(
     name="r2d2_atari", families=("atari",),
     values={**SEQUENCES, "agent_name": "SimpleConvNetLSTMAgent",
