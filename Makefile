@@ -4,11 +4,12 @@ PY     := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
 
 # The default local run: Pong, one learner and local actor processes (see README "Speed").
-# AGENT, NUM_ENVS and FRAMES are passed only when set, so the level's preset fills them in
-# (README "Presets"): `make train LEVEL=CartPole-v1` gets MLPAgent and 300K frames.
+# NUM_ACTORS, AGENT, NUM_ENVS and FRAMES are passed only when set, so the machine and the
+# level's preset fill them in: `make train LEVEL=CartPole-v1` gets MLPAgent and 300K frames,
+# and as many actors as the cores take (2 on 2 cores, 14 on 16; the learner says).
 LEVEL      ?= PongNoFrameskip-v4
 AGENT      ?=
-NUM_ACTORS ?= 2
+NUM_ACTORS ?=
 NUM_ENVS   ?=
 FRAMES     ?=
 TRAIN_FLAGS ?=
@@ -19,7 +20,8 @@ setup:
 	bash scripts/setup.sh
 
 train: setup
-	$(PY) experiment.py --job_name=local --level_name=$(LEVEL) --num_actors=$(NUM_ACTORS) \
+	$(PY) experiment.py --job_name=local --level_name=$(LEVEL) \
+	  $(if $(NUM_ACTORS),--num_actors=$(NUM_ACTORS)) \
 	  $(if $(AGENT),--agent_name=$(AGENT)) $(if $(NUM_ENVS),--num_envs=$(NUM_ENVS)) \
 	  $(if $(FRAMES),--total_environment_frames=$(FRAMES)) $(TRAIN_FLAGS)
 

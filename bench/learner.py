@@ -31,6 +31,7 @@ import torch
 from impala.algorithm import Algorithm
 from impala.algorithms.impala import Impala
 from impala.config import Config
+from impala.devices import resolve_device
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
 from impala.flags import parse_config
@@ -63,17 +64,18 @@ def timed(update: Callable[[int], None], seconds: float) -> tuple[int, float, fl
 
 
 def measure(agent_name: str, T: int, B: int, threads: int, seconds: float,
-            keep_memory: bool = True) -> dict[str, object]:
+            keep_memory: bool = True, device: str = "cpu") -> dict[str, object]:
     """IMPALA's plain update (no replay) on random Pong-shaped unrolls. `keep_memory=False`
     (in a fresh process: the setting is process-wide) measures with glibc's default malloc,
     for comparison; the learner keeps its freed memory."""
-    row = measure_with_replay(agent_name, T, B, threads, seconds, 0.0, keep_memory)
+    row = measure_with_replay(agent_name, T, B, threads, seconds, 0.0, keep_memory,
+                              device=device)
     return {k: v for k, v in row.items() if k not in ("replay_ratio", "fresh_per_s")}
 
 
 def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: float,
                         ratio: float, keep_memory: bool = True,
-                        replay_size: int = 2000) -> dict[str, object]:
+                        replay_size: int = 2000, device: str = "cpu") -> dict[str, object]:
     """IMPALA updates at replay ratio `ratio` (LASER; 0: none) through the learner's Update."""
     torch.set_num_threads(threads)
     if keep_memory:
@@ -87,7 +89,7 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
                           seed=0) if ratio > 0 else None
     batch = filled_batch(layout, B, replay)
     cfg = parse_config(["--preset=none", "--trust_region_threshold=0.3"])
-    update = learner_update(Impala(cfg), model, cfg, batch, replay, frames_per_update=0)
+    update = learner_update(Impala(cfg), model, cfg, batch, replay, 0, device)
     updates, wall, cpu = timed(update, seconds)
     trained = updates * T * (B + ratio * B)
     return {"agent": agent_name, "T": T, "B": B, "threads": threads, "replay_ratio": ratio,
@@ -96,14 +98,16 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
 
 
 def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch,
-                   replay: UnrollReplay | None, frames_per_update: int
+                   replay: UnrollReplay | None, frames_per_update: int, device: str = "cpu"
                    ) -> Callable[[int], None]:
     """The learner's own Update (fresh batch, replay, loss, step, after-update work,
-    priorities), then the weights encoded for the actors. Called with the update's number."""
+    priorities) on `device`, then the weights encoded for the actors. Called with the
+    update's number."""
+    model.to(resolve_device(device))
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
                           epsilon=cfg.epsilon)
     run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
-                        torch.device("cpu"), UpdateSettings.of(cfg))
+                        resolve_device(device), UpdateSettings.of(cfg))
 
     def update(number: int) -> None:
         run_update(batch, number, number * frames_per_update, (number + 1) * frames_per_update)
@@ -141,8 +145,8 @@ def algorithm_config(algorithm: str, threads: int, replay_size: int,
     return cfg
 
 
-def measure_algorithm(algorithm: str, threads: int, seconds: float,
-                      replay_size: int = 1000, flags: tuple[str, ...] = ()) -> dict[str, object]:
+def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size: int = 1000,
+                      flags: tuple[str, ...] = (), device: str = "cpu") -> dict[str, object]:
     """Updates/s of `algorithm` at its Pong preset (and `flags`), through the learner's
     objects."""
     cfg = algorithm_config(algorithm, threads, replay_size, flags)
@@ -160,7 +164,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float,
                           seed=0) if ratio > 0 else None
     batch = filled_batch(layout, B, replay)
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
-    update = learner_update(algo, model, cfg, batch, replay, fresh_frames)
+    update = learner_update(algo, model, cfg, batch, replay, fresh_frames, device)
     updates, wall, cpu = timed(update, seconds)
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)
@@ -180,6 +184,9 @@ def main() -> None:
                         help="TxB batch shapes")
     parser.add_argument("--replay_ratios", type=float, nargs="*", default=[0.0],
                         help="0: the plain update; > 0: LASER updates at that ratio")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                        help="where the update runs (the batch is copied there each update, "
+                             "as the learner does)")
     parser.add_argument("--flags", action="append", default=[],
                         help="with --algorithms: training flags over each preset, e.g. "
                              "--flags=--unroll_length=40 --flags=--burn_in=20")
@@ -187,10 +194,11 @@ def main() -> None:
                         help="instead of the above: each algorithm at its Pong preset")
     args = parser.parse_args()
     if args.algorithms:
-        rows = [measure_algorithm(name, threads, args.seconds, flags=tuple(args.flags))
+        rows = [measure_algorithm(name, threads, args.seconds, flags=tuple(args.flags),
+                                  device=args.device) | {"device": args.device}
                 for name in args.algorithms for threads in args.threads]
         common.report("learner_algorithms", rows, [
-            "algorithm", "agent", "T", "B", "overlap", "threads", "replay_ratio",
+            "algorithm", "agent", "T", "B", "overlap", "threads", "device", "replay_ratio",
             "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",
             "core_ms_per_sample"])
         return
@@ -201,11 +209,14 @@ def main() -> None:
             for ratio in args.replay_ratios:
                 if ratio > 0:
                     rows.append(measure_with_replay(args.agent_name, T, B, threads,
-                                                    args.seconds, ratio))
+                                                    args.seconds, ratio, device=args.device))
                 else:
-                    row = measure(args.agent_name, T, B, threads, args.seconds)
+                    row = measure(args.agent_name, T, B, threads, args.seconds,
+                                  device=args.device)
                     rows.append(row | {"replay_ratio": 0.0, "fresh_per_s": row["samples_per_s"]})
-    common.report("learner", rows, ["agent", "T", "B", "threads", "replay_ratio",
+    for row in rows:
+        row["device"] = args.device
+    common.report("learner", rows, ["agent", "T", "B", "threads", "device", "replay_ratio",
                                     "updates_per_s", "samples_per_s", "fresh_per_s",
                                     "core_ms_per_sample"])
 

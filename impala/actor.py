@@ -18,6 +18,7 @@ import torch
 
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
+from impala.devices import resolve_device
 from impala.envs import create_env, env_info
 from impala.nets import Agent, AgentOutput, build_agent
 from impala.process import PARENT_PID_VARIABLE, lower_priority
@@ -140,7 +141,10 @@ class Actor:
         info = env_info(self.envs[0], settings)
         torch.manual_seed(base_seed)
         algorithm = build_algorithm(cfg)
-        self.model = build_agent(cfg.agent_name, info, algorithm)
+        # The batched forward pass runs on --actor_device; everything around it stays on
+        # the CPU (environments, the unroll, the wire).
+        self.device = resolve_device(cfg.actor_device, flag="--actor_device")
+        self.model = build_agent(cfg.agent_name, info, algorithm).to(self.device)
         self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
                                              algorithm.recorded, algorithm.overlap)
@@ -186,18 +190,19 @@ class Actor:
         """Choose every env's action on `step` (step t of the unroll) and record both;
         returns the actions [N] and the agent's new core state."""
         output, core = self._act(step, core)
-        actions, recorded = self.exploration.act(output.heads)
+        actions, recorded = self.exploration.act({name: head.cpu()
+                                                  for name, head in output.heads.items()})
         self.writer.record(t, step, actions, recorded)
         return actions, core
 
     @torch.no_grad()
     def _act(self, step: EnvStep, core: tuple[torch.Tensor, ...]
              ) -> tuple[AgentOutput, tuple[torch.Tensor, ...]]:
-        """One batched forward pass for all envs: inputs [1, N, ...]."""
-        return self.model(torch.from_numpy(step.observation).unsqueeze(0),
-                          torch.from_numpy(step.last_action).unsqueeze(0),
-                          torch.from_numpy(step.reward).unsqueeze(0),
-                          torch.from_numpy(step.done).unsqueeze(0), core)
+        """One batched forward pass for all envs: inputs [1, N, ...], on the actor's device
+        (the core state stays there between steps)."""
+        inputs = (step.observation, step.last_action, step.reward, step.done)
+        return self.model(*(torch.from_numpy(x).unsqueeze(0).to(self.device) for x in inputs),
+                          core)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -209,7 +214,7 @@ class Actor:
             return
         steps, overlap = self.cfg.unroll_length + 1, self.layout.overlap
         step = self._reset_all()
-        core = self.model.initial_state(len(self.envs))
+        core = tuple(t.to(self.device) for t in self.model.initial_state(len(self.envs)))
         cores = [core] * steps  # the core state before each step of the unroll
         actions, core = self._act_and_record(0, step, core)
         start = 1  # the first unroll has no steps shared with a previous one

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +107,8 @@ class Config:
                              "connect to")
     actor_hosts: str = flag("", "comma-separated actor ip:ports (informational; kept so "
                             "the original command lines parse)")
-    num_actors: int = flag(2, "actor processes started by --job_name=local")
+    num_actors: int = flag(0, "actor processes started by --job_name=local (0: fill this "
+                           "host's cores beside the learner: one per core but two, at least 2)")
     num_envs: int = flag(8, "environments per actor, stepped with one batched forward pass")
     queue_capacity: int = flag(2, "batches the learner may hold ready; beyond it actors are "
                                "pushed back")
@@ -115,7 +117,11 @@ class Config:
                      "of the run's key file <run_dir>/keys/run.keys; none: anyone who reaches "
                      "a learner's port can feed it and read its weights (trusted networks "
                      "only)", ("curve", "none"))
-    learner_device: str = flag("cpu", "device of the learner", ("cpu", "cuda"))
+    learner_device: str = flag("auto", "device of the learner: auto (a GPU where torch sees "
+                               "one), cpu or cuda", ("auto", "cpu", "cuda"))
+    actor_device: str = flag("cpu", "device of the actors' batched forward pass: cpu, cuda "
+                             "(a GPU beside the environments, as rela's act device) or auto",
+                             ("auto", "cpu", "cuda"))
     learner_threads: int = flag(2, "torch threads of the learner")
     actor_nice: int = flag(10, "scheduling niceness of actor processes (0-19): where actors "
                            "share a host with a learner, the learner gets the CPU first")
@@ -134,6 +140,8 @@ class Config:
             raise ValueError("a Config holds a resolved preset; use Config.from_flags for auto")
         if not self.algorithm:
             object.__setattr__(self, "algorithm", default_algorithm())
+        if self.num_actors == 0:
+            object.__setattr__(self, "num_actors", default_actor_count())
         cls = algorithm_class(self.algorithm)
         if self.settings is None:
             object.__setattr__(self, "settings", cls.settings_class())
@@ -238,14 +246,20 @@ class Config:
 
     def device_for(self, local_rank: int = 0) -> torch.device:
         """The learner's device: `cuda:<local rank>` (one GPU per rank on a host) or cpu."""
-        import torch
+        from impala.devices import resolve_device  # torch: only where a device is used
 
-        return torch.device(f"cuda:{local_rank}" if self.learner_device == "cuda" else "cpu")
+        return resolve_device(self.learner_device, local_rank)
 
     def to_dict(self) -> dict[str, Any]:
         """Every flag, the algorithm's own among them, by name."""
         return {**{f.name: getattr(self, f.name) for f in shared_fields()},
                 **dataclasses.asdict(self.settings)}
+
+
+def default_actor_count() -> int:
+    """Actors that fill this host's cores beside a learner: one per core but two (the
+    learner's and the rest of the host's), at least two."""
+    return max(2, len(os.sched_getaffinity(0)) - 2)
 
 
 def shared_fields() -> list[dataclasses.Field]:

@@ -163,9 +163,10 @@ class Learner:
             name=f"learner-{self.rank}")
         receiver.publish(self.counters.updates, finite_weights(self.model))
         receiver.start()
-        log.info("learner %d/%d listening on %s (%s, %s, batch %d x T=%d)", self.rank,
-                 self.backend.size, sock.address, cfg.agent_name, cfg.level_name,
-                 cfg.batch_size, cfg.unroll_length)
+        log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
+                 "T=%d)", self.rank, self.backend.size, sock.address, cfg.agent_name,
+                 self.device, cfg.level_name, cfg.algorithm, cfg.preset, cfg.batch_size,
+                 cfg.unroll_length)
         return receiver, batches, sock
 
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:

@@ -58,6 +58,9 @@ class ActorSupervisor(threading.Thread):
                  self.run_dir / f"actor-{task}.log")
 
     def run(self) -> None:
+        cores = len(os.sched_getaffinity(0))
+        log.info("starting %d actors of %d environments each, actors on %s (%d cores here)",
+                 self.cfg.num_actors, self.cfg.num_envs, self.cfg.actor_device, cores)
         with self._lock:
             for task in range(self.cfg.num_actors):
                 self._start(task)

@@ -229,7 +229,7 @@ class UnrollWriter:
     def record_core(self, core: Sequence[torch.Tensor]) -> None:
         """The core state before step 0, as the agent holds it: each [L, N, H]."""
         for name, tensor in zip(self.layout.core_names, core, strict=True):
-            self.buffers[name][:] = tensor.transpose(0, 1).numpy()
+            self.buffers[name][:] = tensor.transpose(0, 1).cpu().numpy()
 
     def restart_streams(self) -> None:
         self.streams_open = False

@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# One idempotent set-up: Debian packages, .venv with the pinned CPU torch, the project with
-# its dev extras, and Horovod (PyTorch + MPI + Gloo) built from a patched sdist.
+# One idempotent set-up: Debian packages, .venv with the pinned torch (a CUDA build where an
+# NVIDIA driver lists a GPU, the CPU build elsewhere), the project with its dev extras, and
+# Horovod (PyTorch + MPI + Gloo) built from a patched sdist.
 # A second run finds everything in place and takes seconds. Used by `make setup`, which
 # `make train` and `make test` call first, by .ci/run and by the Docker images.
+#   scripts/setup.sh --torch-build   prints the torch build it would install (cpu or cuda)
+# TORCH_BUILD=cpu|cuda overrides the choice; TORCH_CUDA_INDEX is where CUDA builds come from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
 TORCH_VERSION=2.13.0          # a local CPU wheel on these machines; anything else pulls CUDA
+TORCH_CUDA_INDEX=${TORCH_CUDA_INDEX:-https://download.pytorch.org/whl/cu128}
 HOROVOD_VERSION=0.28.1        # newest release (June 2023); see README "Why Horovod is patched"
 CACHE=${IMPALA_CACHE:-$HOME/.cache/impala-mlma}
 APT_PACKAGES=(openmpi-bin libopenmpi-dev tmux openssh-client openssh-server iproute2 openssl)
 
 log() { printf '[setup] %s\n' "$*"; }
+
+torch_build() {
+  # cuda where an NVIDIA driver lists a GPU (nvidia-smi -L: "GPU 0: ..."), cpu elsewhere.
+  if [ -n "${TORCH_BUILD:-}" ]; then
+    echo "$TORCH_BUILD"
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo cuda
+  else
+    echo cpu
+  fi
+}
 
 install_apt_packages() {
   local missing=()
@@ -28,12 +43,31 @@ install_apt_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-make_venv() {
-  [ -x "$VENV/bin/python" ] || { log "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
-  if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+install_torch() {
+  local build=$1
+  local check="import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION'"
+  if [ "$build" = cuda ]; then
+    check="$check or torch.version.cuda is None)"
+  else
+    check="$check)"
+  fi
+  "$VENV/bin/python" -c "$check" 2>/dev/null && return 0
+  if [ "$build" = cuda ]; then
+    log "installing torch==$TORCH_VERSION (CUDA build, from $TORCH_CUDA_INDEX): nvidia-smi lists a GPU"
+    "$VENV/bin/pip" install -q --force-reinstall --extra-index-url "$TORCH_CUDA_INDEX" \
+      "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -c "$check" || {
+      echo "[setup] torch==$TORCH_VERSION from $TORCH_CUDA_INDEX is not a CUDA build;" \
+           "set TORCH_CUDA_INDEX to an index that has one, or TORCH_BUILD=cpu" >&2; exit 1; }
+  else
     log "installing torch==$TORCH_VERSION (CPU)"
     "$VENV/bin/pip" install -q "torch==$TORCH_VERSION"
   fi
+}
+
+make_venv() {
+  [ -x "$VENV/bin/python" ] || { log "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
+  install_torch "$(torch_build)"
   # Re-install the project only when its metadata changed.
   local stamp="$VENV/.impala-installed" want
   want=$(sha256sum pyproject.toml | cut -d' ' -f1)
@@ -81,6 +115,10 @@ install_horovod() {
   "$VENV/bin/horovodrun" --check-build
 }
 
+if [ "${1:-}" = "--torch-build" ]; then
+  torch_build
+  exit 0
+fi
 install_apt_packages
 make_venv
 install_horovod

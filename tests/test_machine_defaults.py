@@ -1,0 +1,81 @@
+"""Defaults that use the machine: which torch build `make setup` installs, where a learner
+and actors compute, and how many actors fill the cores. CUDA paths share this code; the
+tests that need a GPU skip, saying so, where torch sees none."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from impala.config import Config, default_actor_count
+from impala.devices import resolve_device
+from tests.helpers import ROOT
+
+SETUP = ROOT / "scripts" / "setup.sh"
+NO_GPU = "torch sees no GPU on this machine"
+
+
+def torch_build(tmp_path: Path, nvidia_smi: str | None, **env: str) -> str:
+    """What setup.sh would install, with `nvidia_smi` as the fake driver's script (None:
+    no nvidia-smi at all)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "nvidia-smi"
+    if nvidia_smi is not None:
+        fake.write_text("#!/bin/sh\n" + nvidia_smi)
+        fake.chmod(0o755)
+    # A PATH with the fake first and the basic tools, but no real nvidia-smi.
+    path = f"{bin_dir}:/usr/bin:/bin"
+    result = subprocess.run(["bash", str(SETUP), "--torch-build"], capture_output=True,
+                            text=True, timeout=30, check=True,
+                            env={"PATH": path, "HOME": str(tmp_path), **env})
+    return result.stdout.strip()
+
+
+def test_setup_installs_a_cuda_build_where_nvidia_smi_lists_a_gpu(tmp_path):
+    assert torch_build(tmp_path, 'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"') == "cuda"
+
+
+@pytest.mark.parametrize("driver", [None, "echo 'NVIDIA-SMI has failed'; exit 9", "exit 0"])
+def test_setup_installs_the_cpu_build_without_a_gpu(tmp_path, driver):
+    """No nvidia-smi, one that fails (a driver without a GPU), or one that lists nothing."""
+    assert torch_build(tmp_path, driver) == "cpu"
+
+
+def test_the_build_can_be_chosen_by_hand(tmp_path):
+    assert torch_build(tmp_path, 'echo "GPU 0: x"', TORCH_BUILD="cpu") == "cpu"
+
+
+def test_auto_takes_the_gpu_where_torch_sees_one_and_the_cpu_elsewhere():
+    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert str(resolve_device("auto")) == expected
+    assert str(Config().device_for(0)) == expected  # the learner's default is auto
+    assert str(resolve_device("cpu", local_rank=3)) == "cpu"
+    with pytest.raises(ValueError, match="must be one of auto, cpu, cuda"):
+        resolve_device("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine "
+                    "without a GPU")
+def test_cuda_where_torch_sees_no_gpu_is_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="--actor_device=cuda, but torch sees no GPU.*use "
+                                         "--actor_device=cpu"):
+        resolve_device("cuda", flag="--actor_device")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
+def test_each_rank_on_a_host_takes_its_own_gpu():
+    count = torch.cuda.device_count()
+    assert [str(resolve_device("cuda", rank)) for rank in range(count + 1)] == [
+        *(f"cuda:{i}" for i in range(count)), "cuda:0"]
+
+
+def test_local_runs_start_as_many_actors_as_the_cores_take():
+    cores = len(os.sched_getaffinity(0))
+    assert default_actor_count() == max(2, cores - 2)
+    assert Config().num_actors == default_actor_count()  # 0, the default, means that
+    assert Config(num_actors=5).num_actors == 5
