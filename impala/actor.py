@@ -68,6 +68,7 @@ class WeightsClient:
         self.name = name
         self.schemas = {"weights": weights_schema(model), "no_update": None}
         self.version = -1  # no weights from the learner yet
+        self.run_frames = 0  # the run's frames when the newest weights were made
         self.requested_at: float | None = None
         self.rejected = 0
         self.restart_streams = False  # the learner lost our frame streams (framestack.py)
@@ -125,6 +126,9 @@ class WeightsClient:
                          for name, array in message.arrays.items()}
                 self.model.load_state_dict(state)
                 self.version = version
+                frames = message.meta.get("run_frames", 0)
+                if isinstance(frames, int) and not isinstance(frames, bool) and frames >= 0:
+                    self.run_frames = frames
         return True
 
 
@@ -221,6 +225,7 @@ class Actor:
         last_report = time.time()
         while not self.stop.is_set():
             version = self.weights.version  # the policy that acts in this unroll
+            self.exploration.at_frames(self.weights.run_frames)
             for t in range(start, steps):
                 step = self._step_all(actions)
                 cores[t] = core

@@ -106,6 +106,10 @@ class Exploration:
         """(actions [N], the recorded head [N, A]) from heads of shape [1, N, ...]."""
         raise NotImplementedError
 
+    def at_frames(self, frames: int) -> None:
+        """The run's frames (over all learners) when the actor's newest weights were made:
+        for exploration that follows a schedule. Called before each unroll."""
+
     def priorities(self, steps: RecordedSteps) -> np.ndarray | None:
         """Each environment's replay priority for the unroll just recorded, or None (replay
         then gives new unrolls the largest priority so far)."""

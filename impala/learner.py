@@ -161,7 +161,7 @@ class Learner:
         receiver = self.receiver = UnrollReceiver(
             sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
             name=f"learner-{self.rank}")
-        receiver.publish(self.counters.updates, finite_weights(self.model))
+        receiver.publish(self.counters.updates, finite_weights(self.model), self.counters.frames)
         receiver.start()
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
                  "T=%d)", self.rank, self.backend.size, sock.address, cfg.agent_name,
@@ -196,7 +196,8 @@ class Learner:
             logs.episodes(self.counters.frames, batch.episodes)
             batches.release(batch)
             self._count(interval, control, stats)
-            receiver.publish(self.counters.updates, finite_weights(self.model))
+            receiver.publish(self.counters.updates, finite_weights(self.model),
+                             self.counters.frames)
             # The frame count and the returns are global, so every rank finishes on the same
             # update; its last row is written once even when rank 0's log tick falls on it too.
             recent.add(control.return_sum, control.episodes)

@@ -61,10 +61,14 @@ class UnrollReceiver(threading.Thread):
         self._lock = threading.Lock()
         self.error: str | None = None  # why `run` ended, if it ended by itself
 
-    def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
-        frames = encode("weights", self.learner_name, arrays, version=version)
+    def publish(self, version: int, arrays: dict[str, np.ndarray], run_frames: int = 0
+                ) -> None:
+        """Serve these weights from now on; `run_frames`: the run's frames when they were
+        made (actors whose exploration follows a schedule read it)."""
+        frames = encode("weights", self.learner_name, arrays, version=version,
+                        run_frames=run_frames)
         with self._lock:
-            self._weights = (version, arrays, frames)
+            self._weights = (version, arrays, frames, run_frames)
 
     def run(self) -> None:
         """Serve until stopped. A message that fails in any way is a counted drop; if the
@@ -130,7 +134,8 @@ class UnrollReceiver(threading.Thread):
                                             version=current[0] if current else -1, **restart))
         elif restart:  # the weights with one more header field; the buffers are not copied
             self.sock.send(identity, encode("weights", self.learner_name, current[1],
-                                            version=current[0], **restart))
+                                            version=current[0], run_frames=current[3],
+                                            **restart))
         else:
             self.sock.send(identity, current[2])
 

@@ -62,7 +62,8 @@ class FakeReceiver:
     def is_alive(self) -> bool:
         return self.alive
 
-    def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
+    def publish(self, version: int, arrays: dict[str, np.ndarray], run_frames: int = 0
+                ) -> None:
         self.published.append(version)
 
 

@@ -59,6 +59,10 @@ class ValueFlags:
     actor_epsilon: float = flag(0.4, "environment i of the run's N explores with epsilon "
                                 "actor_epsilon^(1 + actor_epsilon_alpha i / (N - 1))")
     actor_epsilon_alpha: float = flag(7.0, "see --actor_epsilon")
+    exploration_frames: int = flag(0, "for the run's first this many frames every "
+                                   "environment explores at least with epsilon 1 - frames / "
+                                   "this (DQN's linear anneal; few environments see little "
+                                   "else early on); 0: Ape-X's epsilons alone")
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,8 @@ class ValueBased(Algorithm):
             yield f"--target_update_frames must be >= 1, got {flags.target_update_frames}"
         if not 0.0 <= flags.actor_epsilon <= 1.0:
             yield f"--actor_epsilon must be in [0, 1], got {flags.actor_epsilon}"
+        if flags.exploration_frames < 0:
+            yield f"--exploration_frames must be >= 0, got {flags.exploration_frames}"
         overlap = max(flags.burn_in + 1, flags.n_step)
         if flags.n_step >= 1 and flags.burn_in >= 0 and cfg.unroll_length + 1 - overlap < 1:
             yield (f"--unroll_length={cfg.unroll_length} leaves no step to train: "
@@ -142,7 +148,8 @@ class ValueBased(Algorithm):
 
         epsilons = exploration_epsilons(first_env, count, total, self.settings.actor_epsilon,
                                         self.settings.actor_epsilon_alpha)
-        return EpsilonGreedy(epsilons, self.value_settings, self.trained, first_env, total)
+        return EpsilonGreedy(epsilons, self.value_settings, self.trained, first_env, total,
+                             self.settings.exploration_frames)
 
     def learning(self, model: Agent) -> Learning:
         return ValueLearning(self.value_settings, self.trained, model)
@@ -155,15 +162,26 @@ class ValueBased(Algorithm):
 
 class EpsilonGreedy(Exploration):
     """Each environment greedy in Q but for its own epsilon (Ape-X's schedule over the run's
-    environments); each unroll's first priority from the Q-values it acted on."""
+    environments), floored for the run's first `exploration_frames` by DQN's linear anneal
+    from 1; each unroll's first priority from the Q-values it acted on."""
 
     def __init__(self, epsilons: torch.Tensor, settings: ValueSettings,
-                 trained: tuple[int, int], first_env: int, total: int) -> None:
-        self.epsilon_tensor = epsilons  # [N]
+                 trained: tuple[int, int], first_env: int, total: int,
+                 exploration_frames: int = 0) -> None:
+        self.own_epsilons = epsilons  # [N] Ape-X's, for good
+        self.epsilon_tensor = epsilons  # [N] now
         self.epsilons = epsilons.numpy()
         self.settings = settings
         self.trained = trained
         self.first_env, self.total = first_env, total
+        self.exploration_frames = exploration_frames
+        self.at_frames(0)
+
+    def at_frames(self, frames: int) -> None:
+        if self.exploration_frames > 0:
+            floor = max(0.0, 1.0 - frames / self.exploration_frames)
+            self.epsilon_tensor = self.own_epsilons.clamp(min=floor)
+            self.epsilons = self.epsilon_tensor.numpy()
 
     def act(self, heads: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
         from impala.qlearning import dueling_q, epsilon_greedy
@@ -185,9 +203,11 @@ class EpsilonGreedy(Exploration):
         return sequence_priorities(errors, self.settings.priority_eta).numpy()
 
     def describe(self) -> str:
+        floor = (f", at least 1 - frames / {self.exploration_frames} until then"
+                 if self.exploration_frames else "")
         return (f"environments {self.first_env}-{self.first_env + len(self.epsilons) - 1} "
-                f"of {self.total}, epsilon {self.epsilons.max():.3g} down to "
-                f"{self.epsilons.min():.3g}")
+                f"of {self.total}, epsilon {self.own_epsilons.max():.3g} down to "
+                f"{self.own_epsilons.min():.3g}{floor}")
 
 
 class ValueLearning(Learning):
