@@ -20,6 +20,7 @@ brings that the previous one of its environment did not (T + 1 - overlap).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -45,8 +46,8 @@ from impala.settings import ReplaySchedule
 from impala.transport import encode
 from impala.unroll import UnrollLayout, core_shapes_of
 from impala.unroll_reader import EpisodeStats, Unroll
-from impala.update import Update, UpdateSettings
-from impala.weights import weights_arrays
+from impala.update import PhaseTimes, Update, UpdateSettings
+from impala.weights import finite_weights
 
 ATARI = (4, 84, 84)
 ACTIONS = 6
@@ -98,20 +99,24 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
 
 
 def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch,
-                   replay: UnrollReplay | None, frames_per_update: int, device: str = "cpu"
-                   ) -> Callable[[int], None]:
+                   replay: UnrollReplay | None, frames_per_update: int, device: str = "cpu",
+                   phases: PhaseTimes | None = None) -> Callable[[int], None]:
     """The learner's own Update (fresh batch, replay, loss, step, after-update work,
-    priorities) on `device`, then the weights encoded for the actors. Called with the
-    update's number."""
-    model.to(resolve_device(device))
+    priorities) on `device`, then the weights published as the learner does (checked,
+    copied and encoded for the actors). Called with the update's number. `phases`: a
+    profile of where the time goes."""
+    on = resolve_device(device)
+    model.to(on)
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
                           epsilon=cfg.epsilon)
     run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
-                        resolve_device(device), UpdateSettings.of(cfg))
+                        on, UpdateSettings.of(cfg), phases)
+    phase = phases or (lambda name: contextlib.nullcontext())
 
     def update(number: int) -> None:
         run_update(batch, number, number * frames_per_update, (number + 1) * frames_per_update)
-        encode("weights", "learner-0", weights_arrays(model), version=1)
+        with phase("publish weights"):
+            encode("weights", "learner-0", finite_weights(model), version=number)
 
     return update
 
@@ -146,7 +151,8 @@ def algorithm_config(algorithm: str, threads: int, replay_size: int,
 
 
 def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size: int = 1000,
-                      flags: tuple[str, ...] = (), device: str = "cpu") -> dict[str, object]:
+                      flags: tuple[str, ...] = (), device: str = "cpu",
+                      phases: PhaseTimes | None = None) -> dict[str, object]:
     """Updates/s of `algorithm` at its Pong preset (and `flags`), through the learner's
     objects."""
     cfg = algorithm_config(algorithm, threads, replay_size, flags)
@@ -164,15 +170,32 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
                           seed=0) if ratio > 0 else None
     batch = filled_batch(layout, B, replay)
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
-    update = learner_update(algo, model, cfg, batch, replay, fresh_frames, device)
+    update = learner_update(algo, model, cfg, batch, replay, fresh_frames, device, phases)
     updates, wall, cpu = timed(update, seconds)
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)
     return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,
             "overlap": algo.overlap, "threads": threads, "replay_ratio": ratio,
+            "updates": updates, "device": device,
             "updates_per_s": updates / wall, "samples_per_s": trained / wall,
             "fresh_per_s": fresh / wall, "frames_per_s": fresh * env_info.frames_per_step / wall,
             "core_ms_per_sample": 1000.0 * cpu / trained}
+
+
+def profile_phases(device: str) -> PhaseTimes:
+    """Phase timings that, on a GPU, wait for each phase's kernels."""
+    on = resolve_device(device)
+    return PhaseTimes(torch.cuda.synchronize if on.type == "cuda" else None)
+
+
+def profile_rows(row: dict[str, object], phases: PhaseTimes) -> list[dict[str, object]]:
+    """Milliseconds per update in each phase (the warm-up update included), and its share."""
+    calls = row["updates"] + 1
+    total = sum(phases.seconds.values())
+    return [{"algorithm": row["algorithm"], "threads": row["threads"], "device": row["device"],
+             "phase": phase, "ms_per_update": 1000.0 * seconds / calls,
+             "share": seconds / total}
+            for phase, seconds in sorted(phases.seconds.items(), key=lambda kv: -kv[1])]
 
 
 def main() -> None:
@@ -190,13 +213,24 @@ def main() -> None:
     parser.add_argument("--flags", action="append", default=[],
                         help="with --algorithms: training flags over each preset, e.g. "
                              "--flags=--unroll_length=40 --flags=--burn_in=20")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --algorithms: also where each update's time goes, by phase")
     parser.add_argument("--algorithms", nargs="*", default=[],
                         help="instead of the above: each algorithm at its Pong preset")
     args = parser.parse_args()
     if args.algorithms:
-        rows = [measure_algorithm(name, threads, args.seconds, flags=tuple(args.flags),
-                                  device=args.device) | {"device": args.device}
-                for name in args.algorithms for threads in args.threads]
+        rows, profile = [], []
+        for name in args.algorithms:
+            for threads in args.threads:
+                phases = profile_phases(args.device) if args.profile else None
+                row = measure_algorithm(name, threads, args.seconds, flags=tuple(args.flags),
+                                        device=args.device, phases=phases)
+                rows.append(row | {"device": args.device})
+                if phases is not None:
+                    profile += profile_rows(row, phases)
+        if profile:
+            common.report("learner_profile", profile, [
+                "algorithm", "threads", "device", "phase", "ms_per_update", "share"])
         common.report("learner_algorithms", rows, [
             "algorithm", "agent", "T", "B", "overlap", "threads", "device", "replay_ratio",
             "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",

@@ -4,6 +4,8 @@ clipping and step; and the torso's health. No sockets, no processes, no clocks."
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -26,19 +28,26 @@ class StepResult(NamedTuple):
 
 def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
-               learning: Learning, max_grad_norm: float) -> StepResult:
+               learning: Learning, max_grad_norm: float,
+               phase: Callable[[str], AbstractContextManager[None]] | None = None
+               ) -> StepResult:
     """One step on a batch of `[T+1, B, ...]` tensors (observation, last_action, reward,
     done, action, what the algorithm records; with replay also `importance_weight` and
-    `replayed`, [B])."""
-    result = learning.loss(model, batch, core_state)
+    `replayed`, [B]). `phase`: times each part, for a profile (update.PhaseTimes)."""
+    phase = phase or (lambda name: nullcontext())
+    with phase("forward and loss"):
+        result = learning.loss(model, batch, core_state)
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none
     # A non-finite loss on this rank must stop the update on every rank: times NaN, every
     # gradient is NaN, so the averaged gradient's norm is NaN everywhere and all ranks skip
     # the step (no host sync here; the allreduce starts inside backward()).
     loss = result.total_loss
     loss = loss * torch.where(torch.isfinite(loss), 1.0, float("nan"))
-    loss.backward()
-    return StepResult(result, backend.apply_gradients(model, optimizer, max_grad_norm))
+    with phase("backward"):
+        loss.backward()
+    with phase("allreduce, clip and step"):
+        grad_norm = backend.apply_gradients(model, optimizer, max_grad_norm)
+    return StepResult(result, grad_norm)
 
 
 def torso_health(features: torch.Tensor) -> dict[str, float]:

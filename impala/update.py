@@ -7,6 +7,10 @@ no processes, no clocks.
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,13 +61,36 @@ class UpdateStats:
                 **self.replay}
 
 
+class PhaseTimes:
+    """Wall seconds per phase of the updates it timed: a profile for the benchmarks (the
+    learner times nothing). On a GPU, `synchronize` (torch.cuda.synchronize) makes each
+    phase end when its kernels do."""
+
+    def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.synchronize = synchronize or (lambda: None)
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        self.synchronize()
+        start = time.perf_counter()
+        yield
+        self.synchronize()
+        self.seconds[phase] += time.perf_counter() - start
+
+
+def _untimed(phase: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
 class Update:
     def __init__(self, model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                  learning: Learning, replay: UnrollReplay | None, device: torch.device,
-                 settings: UpdateSettings) -> None:
+                 settings: UpdateSettings, phases: PhaseTimes | None = None) -> None:
         self.model, self.optimizer, self.backend = model, optimizer, backend
         self.learning, self.replay = learning, replay
         self.device, self.settings = device, settings
+        self.phase = phases or _untimed
 
     def __call__(self, batch: Batch, number: int, frames_before: int,
                  frames_after: int) -> UpdateStats:
@@ -77,20 +104,25 @@ class Update:
         part = None
         tensors = batch.columns(batch.size)
         if self.replay is not None:
-            part = self.replay.mix_into(batch, number, frames_before)
+            with self.phase("replay sample and rebuild"):
+                part = self.replay.mix_into(batch, number, frames_before)
             tensors = batch.columns(part.columns) | part.loss_inputs
-        tensors = to_device(tensors, self.device)
-        core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
+        with self.phase("to device"):
+            tensors = to_device(tensors, self.device)
+            core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
         skipped = False
         for _ in range(s.passes):  # every rank makes the same number: allreduces pair up
             result = learn_step(self.model, self.optimizer, self.backend, tensors, core,
-                                self.learning, s.max_grad_norm)
+                                self.learning, s.max_grad_norm, self.phase)
             skipped = skipped or result.skipped
-        self.learning.after_update(self.model, frames_before, frames_after)
-        stats = UpdateStats(result.loss.total_loss.item(), result.grad_norm, skipped,
-                            learning_rate, result.loss.scalars,
-                            torso_health(result.loss.features))
+        with self.phase("after update"):
+            self.learning.after_update(self.model, frames_before, frames_after)
+        with self.phase("statistics"):
+            stats = UpdateStats(result.loss.total_loss.item(), result.grad_norm, skipped,
+                                learning_rate, result.loss.scalars,
+                                torso_health(result.loss.features))
         if part is not None:
-            self.replay.reprioritize(part, result.loss.column_errors.cpu().numpy())
-            stats.replay = self.replay.stats(part)
+            with self.phase("priorities"):
+                self.replay.reprioritize(part, result.loss.column_errors.cpu().numpy())
+                stats.replay = self.replay.stats(part)
         return stats
