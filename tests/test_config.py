@@ -151,9 +151,8 @@ def test_derived_settings_come_from_the_config_alone():
     assert cfg.env_settings.num_action_repeats == 1
     loss = build_algorithm(cfg).learning(model=None).settings  # IMPALA's: no model needed
     assert (loss.discounting, loss.entropy_cost) == (0.9, 0.02)
-    assert str(cfg.device_for(3)) == "cpu"
-    gpu = Config(learner_device="cuda")
-    assert str(gpu.device_for(3)) == "cuda:3"  # one GPU per rank on a host
+    assert str(Config(learner_device="cpu").device_for(3)) == "cpu"
+    # auto and cuda: tests/test_machine_defaults.py (one GPU per rank where there are GPUs)
 
 
 def test_every_preset_states_its_rule_and_links_a_record_that_exists():
