@@ -175,7 +175,8 @@ def test_learner_asks_for_a_restart_then_takes_the_stream_back(receiver):
     dealer.send_multipart(unroll_message("unroll_continued", split_stacks(third)[S:],
                                          starts2, seq=3))
     answer = ask_for_weights(dealer, have=0)
-    assert answer.kind == "weights" and answer.meta == {"version": 3, "restart_streams": True}
+    assert answer.kind == "weights"
+    assert answer.meta == {"version": 3, "run_frames": 0, "restart_streams": True}
     assert receiver.stream_restarts == 2 and receiver.unrolls == 2
     assert receiver.drops.total == 0  # a gap is not a malformed message
 
