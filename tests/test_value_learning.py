@@ -45,27 +45,32 @@ def test_apex_learns_cartpole_with_its_defaults(tmp_path):
     """The apex_classic preset learns CartPole within its 500K frames (in one of
     CARTPOLE_ATTEMPTS): the actors' mean return over 100 episodes (epsilon-greedy, down to
     epsilon 0.4 in one environment) reaches 475, where --target_return stops the run, and
-    the greedy policy then scores far above a constant action's ~9 and a random policy's
-    ~22. sandbox/value.md has the runs to the full budget (a greedy 500 on seeds 1-3) and
-    the spread of frames at 475 (212K-449K in 12 of 14 runs)."""
+    the greedy policy then scores 475 too over 100 episodes. An attempt counts only if both
+    hold: a mean met on a passing peak can leave a greedy policy that fails some starts.
+    sandbox/value.md has the runs to the full budget (a greedy 500 on seeds 1-3), the
+    spread of frames at 475 (212K-449K in 12 of 14 runs) and of the greedy scores."""
     flags = ["--algorithm=apex", "--level_name=CartPole-v1"]
     budget = PRESETS["apex_classic"]["total_environment_frames"]
+    greedy_scores = []
 
     def attempt(attempt_dir: Path) -> tuple[Path, str | None]:
         train(attempt_dir, [*flags, "--target_return=475"], timeout=900)
         run_dir = attempt_dir / "CartPole-v1_MLPAgent"
-        solved = "reached --target_return" in (run_dir / "learner-0.log").read_text()
-        return run_dir, None if solved else progress(run_dir)
+        if "reached --target_return" not in (run_dir / "learner-0.log").read_text():
+            return run_dir, progress(run_dir)
+        greedy_scores.append(greedy_mean_return(attempt_dir, flags, 100))
+        return run_dir, None if greedy_scores[-1] >= 475 else (
+            f"475 reached in training, greedy {greedy_scores[-1]:.1f} over 100 episodes")
 
     run_dir = first_solved_attempt(tmp_path, attempt, f"Ape-X did not reach 475 on "
-                                   f"CartPole within {budget} frames")
+                                   f"CartPole within {budget} frames, greedy too")
     assert_stopped_at_the_target(run_dir, 475, budget)
     logs = read_csv(run_dir / "logs.csv")
     last = logs.iloc[-1]
     assert last["replay_fill"] > 0
     assert last["replayed_share"] == 0.8  # 4 replayed per fresh unroll
     assert logs["td_error"].notna().all() and logs["q_value"].iloc[-1] > 10
-    assert greedy_mean_return(run_dir.parent, flags, 100) >= 250
+    assert greedy_scores[-1] >= 475
 
 
 # Ape-X's image preset met 4.2 over 100 episodes at 53K, 53K and 57K frames (seeds 1-3;
