@@ -23,17 +23,19 @@ CLASSIC = Preset(
     record="sandbox/value.md (\"Measured\")")
 ATARI = Preset(
     name="apex_atari", families=("atari",),
-    values={"batch_size": 4, "learning_rate": 0.00025, **QUIET_RMSPROP, "replay_ratio": 3.0,
+    values={"batch_size": 2, "learning_rate": 0.001, **QUIET_RMSPROP, "replay_ratio": 3.0,
             "replay_size": 10_000, **PRIORITIZED, "target_update_frames": 32_000,
-            "lr_hold_fraction": 1.0, "total_environment_frames": 10_000_000},
-    rule="a target copy every 32K frames (Rainbow's period), a constant rate, and updates "
-         "of 4 fresh plus 12 replayed unrolls: updates per frame, not their size, limit it",
-    record="sandbox/value.md (\"Why Ape-X learned nothing on Pong\")")
+            "exploration_frames": 500_000, "lr_hold_fraction": 1.0,
+            "total_environment_frames": 10_000_000},
+    rule="a target copy every 32K frames (Rainbow's period), many small updates (2 fresh "
+         "and 6 replayed unrolls) at a constant, larger rate, DQN's anneal over the first "
+         "500K frames: updates per frame and their size, not the batch, limit learning",
+    record="sandbox/value.md (\"Why Ape-X learned nothing on Pong\", \"Ape-X on Pong\")")
 IMAGE = Preset(
     name="apex_image", families=("image",),
-    values={**ATARI.values, "target_update_frames": 2_880,
+    values={**ATARI.values, "target_update_frames": 2_880, "exploration_frames": 0,
             "total_environment_frames": 500_000},
-    rule="apex_atari with a target copy every 2,880 frames (40 updates): small tasks, "
+    rule="apex_atari with a target copy every 2,880 frames and no anneal: small tasks, "
          "rewards tens of steps apart, no action repeat",
     record="sandbox/value.md (\"Why Ape-X learned nothing on Pong\", \"The CI test\")")
 
