@@ -180,3 +180,23 @@ def test_the_target_network_is_copied_when_the_frames_pass_each_period():
     assert update_then_check(1600, 2000)  # exactly at 2,000
     assert update_then_check(2000, 4500)  # one big update passes 3,000 and 4,000: one copy
     assert not update_then_check(4500, 4999)
+
+
+def test_the_exploration_floor_anneals_from_one_to_each_environments_own_epsilon():
+    """--exploration_frames: every environment explores at least with 1 - frames / F (DQN's
+    linear anneal) until its own Ape-X epsilon is the larger, then with that alone."""
+    from impala.algorithms.value import EpsilonGreedy
+    from impala.qlearning import exploration_epsilons
+
+    own = exploration_epsilons(0, 4, 4)  # 0.4 down to 0.4^8
+    floored = EpsilonGreedy(own, APEX, (0, 8), 0, 4, exploration_frames=1000)
+    expected = {0: [1.0] * 4, 500: [0.5] * 4, 900: [0.4, 0.1, 0.1, 0.1],
+                1000: own.tolist(), 5000: own.tolist()}
+    for frames, epsilons in expected.items():
+        floored.at_frames(frames)
+        np.testing.assert_allclose(floored.epsilons, np.maximum(epsilons, own.numpy()),
+                                   rtol=1e-6)
+    plain = EpsilonGreedy(own, APEX, (0, 8), 0, 4)  # no floor: Ape-X's from the first frame
+    plain.at_frames(0)
+    np.testing.assert_allclose(plain.epsilons, own.numpy())
+    assert "at least 1 - frames / 1000" in floored.describe()
