@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from impala.algorithm import Algorithm, Preset
+from impala.algorithm import Preset
 from impala.config import Config, shared_fields
 from impala.registry import algorithm_class, default_algorithm, known_algorithms, presets_of
 
@@ -47,13 +47,14 @@ def preset_values(cfg: Config) -> dict[str, Any]:
     """The values the run's preset gave (empty for none)."""
     if cfg.preset == NO_PRESET:
         return {}
-    return dict(_preset_of(algorithm_class(cfg.algorithm), cfg.preset).values)
+    return dict(_preset_named(cfg.preset, cfg.algorithm).values)
 
 
 def resolve_preset(flags: dict[str, Any]) -> tuple[str, str]:
     """(algorithm, preset) of a command line: `--preset=auto` (the default) takes the
     algorithm's preset for the environment's family, else none; a named preset brings the
-    algorithm that declares it."""
+    algorithm that declares it, or serves another whose flags it only sets (Ape-X with an
+    R2D2 preset: they share their flags)."""
     algorithm = flags.get("algorithm") or ""
     preset = flags.get("preset", "auto")
     if preset == "auto":
@@ -72,8 +73,15 @@ def resolve_preset(flags: dict[str, Any]) -> tuple[str, str]:
                          f"one of {', '.join(presets)}")
     owner = presets[preset][0]
     if algorithm and algorithm != owner:
-        raise ValueError(f"--preset={preset} is a preset of --algorithm={owner}, not of "
-                         f"--algorithm={algorithm}")
+        cls = algorithm_class(algorithm)
+        known = {f.name for f in shared_fields()}
+        known |= {f.name for f in dataclasses.fields(cls.settings_class)}
+        foreign = sorted(set(presets[preset][1].values) - known)
+        if foreign:
+            raise ValueError(f"--preset={preset} is --algorithm={owner}'s and sets "
+                             f"{', '.join('--' + n for n in foreign)}, which "
+                             f"--algorithm={algorithm} has not")
+        return algorithm, preset
     return owner, preset
 
 
@@ -82,15 +90,19 @@ def preset_defaults(preset: str, algorithm: str) -> dict[str, Any]:
     cls = algorithm_class(algorithm)
     base = {f.name: f.default for f in shared_fields()}
     base |= {f.name: f.default for f in dataclasses.fields(cls.settings_class)}
-    values = {} if preset == NO_PRESET else dict(_preset_of(cls, preset).values)
+    values = {} if preset == NO_PRESET else dict(_preset_named(preset, algorithm).values)
     return {**base, **values, "preset": preset, "algorithm": algorithm}
 
 
-def _preset_of(cls: type[Algorithm], name: str) -> Preset:
-    for preset in cls.presets:
+def _preset_named(name: str, algorithm: str) -> Preset:
+    """The preset `name`, among the algorithm's own first, then every known one's."""
+    for preset in algorithm_class(algorithm).presets:
         if preset.name == name:
             return preset
-    raise ValueError(f"--preset={name} is not a preset of --algorithm={cls.name}")
+    presets = presets_of(known_algorithms(*([algorithm] if ":" in algorithm else [])))
+    if name not in presets:
+        raise ValueError(f"--preset: unknown preset {name!r}")
+    return presets[name][1]
 
 
 def config_of(values: dict[str, Any]) -> Config:

@@ -167,3 +167,16 @@ def test_every_preset_states_its_rule_and_links_a_record_that_exists():
                         if line.startswith("#")]
             for section in re.findall(r'"([^"]+)"', sections):
                 assert any(section in heading for heading in headings), (name, page, section)
+
+
+def test_a_preset_serves_another_algorithm_only_if_it_sets_nothing_that_one_lacks(capsys):
+    """Ape-X and R2D2 share their flags, so an R2D2 preset can run Ape-X (the Recall tests
+    do); an Ape-X preset sets what IMPALA has no flag for, and is refused saying which."""
+    cfg = parse_config(["--preset=r2d2_image", "--algorithm=apex", "--burn_in=0",
+                        "--level_name=impala/Recall-v0"])
+    assert (cfg.algorithm, cfg.preset, cfg.settings.n_step) == ("apex", "r2d2_image", 5)
+    assert parse_config(to_argv(cfg)) == cfg
+    with pytest.raises(SystemExit):
+        parse_config(["--preset=apex_atari", "--algorithm=impala"])
+    assert "--preset=apex_atari is --algorithm=apex's and sets --exploration_frames" \
+        in capsys.readouterr().err
