@@ -226,8 +226,8 @@ class ResNetLSTMAgent(_LSTMCore, ResNetAgent):
 
 
 class SimpleConvNetLSTMAgent(_LSTMCore, SimpleConvNetAgent):
-    """Nature DQN's torso followed by an LSTM of 512: R2D2's network, at a fraction of the
-    deep ResNet-LSTM's cost."""
+    """Nature DQN's torso followed by an LSTM of 512: the recurrent network of Kapturowski
+    et al. (2019), at a fraction of the deep ResNet-LSTM's cost."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
                  heads: tuple[Head, ...], action_reward_inputs: bool = True,

@@ -53,8 +53,8 @@ def preset_values(cfg: Config) -> dict[str, Any]:
 def resolve_preset(flags: dict[str, Any]) -> tuple[str, str]:
     """(algorithm, preset) of a command line: `--preset=auto` (the default) takes the
     algorithm's preset for the environment's family, else none; a named preset brings the
-    algorithm that declares it, or serves another whose flags it only sets (Ape-X with an
-    R2D2 preset: they share their flags)."""
+    algorithm that declares it, or serves another whose flags it only sets (one value-based
+    algorithm with another's preset: they share their flags)."""
     algorithm = flags.get("algorithm") or ""
     preset = flags.get("preset", "auto")
     if preset == "auto":
