@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,8 @@ def test_an_actor_started_niced_still_lowers_its_sessions_group():
     out = subprocess.run(["nice", "-n", "15", sys.executable, "-c", probe], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=True,
                          start_new_session=True).stdout.split()
-    assert out == ["15", "15"]
+    niced = str(min(19, os.getpriority(os.PRIO_PROCESS, 0) + 15))  # pytest may run niced
+    assert out == [niced, niced]
 
 
 def test_the_return_window_holds_the_last_episodes_in_whole_updates():
