@@ -20,7 +20,6 @@ brings that the previous one of its environment did not (T + 1 - overlap).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from impala.process import keep_freed_memory
 from impala.registry import build_algorithm
 from impala.rollout import Batch
 from impala.settings import ReplaySchedule
+from impala.step import untimed
 from impala.transport import encode
 from impala.unroll import UnrollLayout, core_shapes_of
 from impala.unroll_reader import EpisodeStats, Unroll
@@ -111,7 +111,7 @@ def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch
                           epsilon=cfg.epsilon)
     run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
                         on, UpdateSettings.of(cfg), phases)
-    phase = phases or (lambda name: contextlib.nullcontext())
+    phase = phases or untimed
 
     def update(number: int) -> None:
         run_update(batch, number, number * frames_per_update, (number + 1) * frames_per_update)

@@ -256,10 +256,15 @@ class Config:
                 **dataclasses.asdict(self.settings)}
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
 def default_actor_count() -> int:
     """Actors that fill this host's cores beside a learner: one per core but two (the
     learner's and the rest of the host's), at least two."""
-    return max(2, len(os.sched_getaffinity(0)) - 2)
+    return max(2, usable_cores() - 2)
 
 
 def shared_fields() -> list[dataclasses.Field]:

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from impala.config import Config
+from impala.config import Config, usable_cores
 from impala.presets import to_argv
 from impala.process import PARENT_PID_VARIABLE
 
@@ -58,9 +58,9 @@ class ActorSupervisor(threading.Thread):
                  self.run_dir / f"actor-{task}.log")
 
     def run(self) -> None:
-        cores = len(os.sched_getaffinity(0))
         log.info("starting %d actors of %d environments each, actors on %s (%d cores here)",
-                 self.cfg.num_actors, self.cfg.num_envs, self.cfg.actor_device, cores)
+                 self.cfg.num_actors, self.cfg.num_envs, self.cfg.actor_device,
+                 usable_cores())
         with self._lock:
             for task in range(self.cfg.num_actors):
                 self._start(task)

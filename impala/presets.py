@@ -73,10 +73,7 @@ def resolve_preset(flags: dict[str, Any]) -> tuple[str, str]:
                          f"one of {', '.join(presets)}")
     owner = presets[preset][0]
     if algorithm and algorithm != owner:
-        cls = algorithm_class(algorithm)
-        known = {f.name for f in shared_fields()}
-        known |= {f.name for f in dataclasses.fields(cls.settings_class)}
-        foreign = sorted(set(presets[preset][1].values) - known)
+        foreign = sorted(set(presets[preset][1].values) - set(_flag_defaults(algorithm)))
         if foreign:
             raise ValueError(f"--preset={preset} is --algorithm={owner}'s and sets "
                              f"{', '.join('--' + n for n in foreign)}, which "
@@ -87,11 +84,15 @@ def resolve_preset(flags: dict[str, Any]) -> tuple[str, str]:
 
 def preset_defaults(preset: str, algorithm: str) -> dict[str, Any]:
     """Every flag's default for `algorithm` under `preset` (or none), by name."""
-    cls = algorithm_class(algorithm)
-    base = {f.name: f.default for f in shared_fields()}
-    base |= {f.name: f.default for f in dataclasses.fields(cls.settings_class)}
     values = {} if preset == NO_PRESET else dict(_preset_named(preset, algorithm).values)
-    return {**base, **values, "preset": preset, "algorithm": algorithm}
+    return {**_flag_defaults(algorithm), **values, "preset": preset, "algorithm": algorithm}
+
+
+def _flag_defaults(algorithm: str) -> dict[str, Any]:
+    """Every flag a run of `algorithm` has (the shared ones and its own), by its default."""
+    defaults = {f.name: f.default for f in shared_fields()}
+    return defaults | {f.name: f.default
+                       for f in dataclasses.fields(algorithm_class(algorithm).settings_class)}
 
 
 def _preset_named(name: str, algorithm: str) -> Preset:

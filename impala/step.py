@@ -26,6 +26,11 @@ class StepResult(NamedTuple):
         return not math.isfinite(self.grad_norm)
 
 
+def untimed(phase: str) -> AbstractContextManager[None]:
+    """A phase that is not timed: the default where no profile is asked for."""
+    return nullcontext()
+
+
 def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...],
                learning: Learning, max_grad_norm: float,
@@ -34,7 +39,7 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
     """One step on a batch of `[T+1, B, ...]` tensors (observation, last_action, reward,
     done, action, what the algorithm records; with replay also `importance_weight` and
     `replayed`, [B]). `phase`: times each part, for a profile (update.PhaseTimes)."""
-    phase = phase or (lambda name: nullcontext())
+    phase = phase or untimed
     with phase("forward and loss"):
         result = learning.loss(model, batch, core_state)
     optimizer.zero_grad()  # Horovod's wrapper takes no set_to_none

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from impala.mixing import UnrollReplay
 from impala.nets import Agent
 from impala.optim import scheduled_learning_rate
 from impala.rollout import Batch, core_state, to_device
-from impala.step import learn_step, torso_health
+from impala.step import learn_step, torso_health, untimed
 
 if TYPE_CHECKING:
     from impala.config import Config
@@ -79,10 +79,6 @@ class PhaseTimes:
         self.seconds[phase] += time.perf_counter() - start
 
 
-def _untimed(phase: str) -> AbstractContextManager[None]:
-    return nullcontext()
-
-
 class Update:
     def __init__(self, model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                  learning: Learning, replay: UnrollReplay | None, device: torch.device,
@@ -90,7 +86,7 @@ class Update:
         self.model, self.optimizer, self.backend = model, optimizer, backend
         self.learning, self.replay = learning, replay
         self.device, self.settings = device, settings
-        self.phase = phases or _untimed
+        self.phase = phases or untimed
 
     def __call__(self, batch: Batch, number: int, frames_before: int,
                  frames_after: int) -> UpdateStats:
