@@ -1,6 +1,7 @@
 """One full learner update on synthetic batches of the real shape: forward over (T+1) x B
-observations, V-trace, losses, backward, clipping, RMSProp step, weight publishing (copy
-and encode). Samples/s (agent steps trained on) and core-milliseconds per sample.
+observations, V-trace, losses, backward, clipping, RMSProp step, weight publishing (a
+snapshot, then checked and encoded on the publisher's thread, as the learner does).
+Samples/s (agent steps trained on) and core-milliseconds per sample (every thread's).
 
 With `--replay_ratios 1 3`, also LASER updates through the learner's own path: B fresh
 Pong-shaped unrolls (frames once per step) plus r x B replayed ones sampled by priority
@@ -22,7 +23,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
@@ -39,6 +41,7 @@ from impala.mixing import UnrollReplay
 from impala.nets import Agent, build_agent, create_agent
 from impala.optim import RMSpropTF
 from impala.process import keep_freed_memory
+from impala.publisher import WeightPublisher
 from impala.registry import build_algorithm
 from impala.rollout import Batch
 from impala.settings import ReplaySchedule
@@ -47,7 +50,6 @@ from impala.transport import encode
 from impala.unroll import UnrollLayout, core_shapes_of
 from impala.unroll_reader import EpisodeStats, Unroll
 from impala.update import PhaseTimes, Update, UpdateSettings
-from impala.weights import finite_weights
 
 ATARI = (4, 84, 84)
 ACTIONS = 6
@@ -90,21 +92,23 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
                           seed=0) if ratio > 0 else None
     batch = filled_batch(layout, B, replay)
     cfg = parse_config(["--preset=none", "--trust_region_threshold=0.3"])
-    update = learner_update(Impala(cfg), model, cfg, batch, replay, 0, device)
-    updates, wall, cpu = timed(update, seconds)
+    with learner_update(Impala(cfg), model, cfg, batch, replay, 0, device) as update:
+        updates, wall, cpu = timed(update, seconds)
     trained = updates * T * (B + ratio * B)
     return {"agent": agent_name, "T": T, "B": B, "threads": threads, "replay_ratio": ratio,
             "updates_per_s": updates / wall, "samples_per_s": trained / wall,
             "fresh_per_s": updates * T * B / wall, "core_ms_per_sample": 1000.0 * cpu / trained}
 
 
+@contextmanager
 def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch,
                    replay: UnrollReplay | None, frames_per_update: int, device: str = "cpu",
-                   phases: PhaseTimes | None = None) -> Callable[[int], None]:
+                   phases: PhaseTimes | None = None) -> Iterator[Callable[[int], None]]:
     """The learner's own Update (fresh batch, replay, loss, step, after-update work,
-    priorities) on `device`, then the weights published as the learner does (checked,
-    copied and encoded for the actors). Called with the update's number. `phases`: a
-    profile of where the time goes."""
+    priorities) on `device`, then the weights handed to a WeightPublisher as the learner
+    does (snapshot here; checked and encoded for the actors on its thread). Yields the
+    update, called with its number; on leaving, the last weights are published. `phases`:
+    a profile of where the training thread's time goes."""
     on = resolve_device(device)
     model.to(on)
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
@@ -112,13 +116,20 @@ def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch
     run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
                         on, UpdateSettings.of(cfg), phases)
     phase = phases or untimed
+    publisher = WeightPublisher(
+        lambda version, arrays, frames: encode("weights", "learner-0", arrays, version=version))
+    publisher.start()
 
     def update(number: int) -> None:
         run_update(batch, number, number * frames_per_update, (number + 1) * frames_per_update)
         with phase("publish weights"):
-            encode("weights", "learner-0", finite_weights(model), version=number)
+            publisher.submit(model, number, (number + 1) * frames_per_update)
 
-    return update
+    try:
+        yield update
+    finally:
+        publisher.close()
+    publisher.raise_if_failed()
 
 
 def filled_batch(layout: UnrollLayout, B: int, replay: UnrollReplay | None) -> Batch:
@@ -170,8 +181,9 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
                           seed=0) if ratio > 0 else None
     batch = filled_batch(layout, B, replay)
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
-    update = learner_update(algo, model, cfg, batch, replay, fresh_frames, device, phases)
-    updates, wall, cpu = timed(update, seconds)
+    with learner_update(algo, model, cfg, batch, replay, fresh_frames, device,
+                        phases) as update:
+        updates, wall, cpu = timed(update, seconds)
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)
     return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,

@@ -90,7 +90,9 @@ class StatusItem:
 
 class LossResult(NamedTuple):
     total_loss: torch.Tensor  # scalar, with gradient
-    scalars: dict[str, float]  # the algorithm's `log_scalars`, for logs.csv
+    # The algorithm's `log_scalars`, for logs.csv: 0-dim tensors (or floats), read to the host
+    # once per update with everything else the update reports, never inside the loss.
+    scalars: dict[str, torch.Tensor | float]
     column_errors: torch.Tensor  # [B] each unroll's error: its replay priority
     features: torch.Tensor  # [T', B, F] the torso's output (detached), for its health
 

@@ -27,6 +27,7 @@ from impala.nets import build_agent
 from impala.optim import RMSpropTF
 from impala.presets import preset_values
 from impala.process import keep_freed_memory
+from impala.publisher import WeightPublisher
 from impala.receiver import ReceiverStopped, UnrollReceiver
 from impala.registry import build_algorithm
 from impala.rollout import Batch, BatchQueue
@@ -157,7 +158,8 @@ class Learner:
         replay = self.replay
         batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity,
                              extra_columns=replay.max_replayed if replay else 0,
-                             keep_stored=replay is not None)
+                             keep_stored=replay is not None,
+                             pinned=self.device.type == "cuda")
         receiver = self.receiver = UnrollReceiver(
             sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
             name=f"learner-{self.rank}")
@@ -170,9 +172,24 @@ class Learner:
         return receiver, batches, sock
 
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:
-        """The loop: take a batch, agree with the other ranks, update, publish the new
-        weights, then log and checkpoint when rank 0's clock says so. Returns "finished"
-        at the frame budget or the target return, or "stopped" when any rank stops."""
+        """Train, publishing each update's weights to `receiver` from a second thread;
+        returns `_train_loop`'s status once every version is published. Raises
+        FloatingPointError if the weights became non-finite (they were not published)."""
+        publisher = WeightPublisher(receiver.publish)
+        publisher.start()
+        try:
+            status = self._train_loop(receiver, batches, logs, publisher)
+        finally:
+            publisher.close()
+        publisher.raise_if_failed()
+        return status
+
+    def _train_loop(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs,
+                    publisher: WeightPublisher) -> str:
+        """The loop: take a batch, agree with the other ranks, update, hand the new
+        weights to the publisher, then log and checkpoint when rank 0's clock says so.
+        Returns "finished" at the frame budget or the target return, or "stopped" when
+        any rank stops."""
         cfg = self.cfg
         recent = ReturnWindow(cfg.target_return_episodes)
         interval = IntervalStats(start_frames=self.counters.frames)
@@ -196,8 +213,7 @@ class Learner:
             logs.episodes(self.counters.frames, batch.episodes)
             batches.release(batch)
             self._count(interval, control, stats)
-            receiver.publish(self.counters.updates, finite_weights(self.model),
-                             self.counters.frames)
+            publisher.submit(self.model, self.counters.updates, self.counters.frames)
             # The frame count and the returns are global, so every rank finishes on the same
             # update; its last row is written once even when rank 0's log tick falls on it too.
             recent.add(control.return_sum, control.episodes)

@@ -50,22 +50,38 @@ def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
     return 0.5 * torch.sum(advantages**2)
 
 
-def entropy_loss(policy_logits: torch.Tensor) -> torch.Tensor:
-    """Negative entropy summed over [T, B]: minimising it raises the policy's entropy."""
+def entropy_loss(policy_logits: torch.Tensor,
+                 column_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Negative entropy summed over [T, B] (each column weighted by `column_weights` [B]
+    where given): minimising it raises the policy's entropy."""
     log_policy = F.log_softmax(policy_logits, dim=-1)
-    return torch.sum(log_policy.exp() * log_policy)
+    per_step = torch.sum(log_policy.exp() * log_policy, dim=-1)
+    if column_weights is not None:
+        per_step = per_step * column_weights
+    return torch.sum(per_step)
+
+
+def column_mean(values: torch.Tensor, column_weights: torch.Tensor) -> torch.Tensor:
+    """The mean of `values` [T, B] over the steps of the columns weighted 1 in
+    `column_weights` [B] (0 or 1 each), as a 0-dim tensor; 0 when no column is."""
+    steps = column_weights.sum() * values.shape[0]
+    return (values * column_weights).sum() / steps.clamp(min=1)
 
 
 class LossStats(NamedTuple):
+    """The loss and what is logged of it. The logged values are 0-dim tensors on the loss's
+    device, read to the host once per update (update.Update): a read here would stop a GPU
+    learner's queue mid-update, before its backward pass is even launched."""
+
     total_loss: torch.Tensor  # scalar, with gradient
-    pg_loss: float
-    baseline_loss: float
-    entropy: float  # mean policy entropy per step (nats), for logging
+    pg_loss: torch.Tensor
+    baseline_loss: torch.Tensor
+    entropy: torch.Tensor  # mean policy entropy per fresh step (nats), for logging
     # How far the learner's policy has moved from the one that acted: large values mean
     # V-trace cuts most traces and the update learns little from the batch.
-    policy_kl: float  # mean KL(behaviour || target) per step (nats)
-    rho_clipped: float  # share of steps whose importance weight was clipped at 1
-    trust_region_masked: float  # share of replayed steps left out by the trust region
+    policy_kl: torch.Tensor  # mean KL(behaviour || target) per fresh step (nats)
+    rho_clipped: torch.Tensor  # share of fresh steps whose importance weight was clipped at 1
+    trust_region_masked: torch.Tensor  # share of replayed steps left out by the trust region
     unroll_errors: torch.Tensor  # [B] mean |v_s - V(x_s)| over each unroll's T steps
 
 
@@ -113,24 +129,27 @@ def impala_loss(
         bootstrap_value=bootstrap_value,
     )
     step_weights = torch.ones_like(baseline)
-    masked_share = 0.0
-    fresh = slice(None)
     if column_weights is not None:
         step_weights = step_weights * column_weights.to(step_weights.dtype)
+    # [B] 1 for fresh columns, 0 for replayed ones: a weight, not a boolean index, so that
+    # nothing here waits for the device to say how many columns are fresh.
+    fresh = torch.ones_like(baseline[0])
+    masked_share = torch.zeros((), device=baseline.device)
     if replayed is not None:
         replayed = replayed.bool()
-        fresh = ~replayed
-        if settings.trust_region_threshold > 0 and replayed.any():
+        fresh = (~replayed).to(baseline.dtype)
+        if settings.trust_region_threshold > 0:
             inside = trust_region_mask(target_logits.detach(), behavior_logits,
                                        settings.trust_region_threshold)
             outside = ~inside & replayed
             step_weights = step_weights * (~outside).to(step_weights.dtype)
-            masked_share = outside.sum().item() / (replayed.sum().item() * len(actions))
+            replayed_steps = replayed.sum() * len(actions)
+            masked_share = outside.sum() / replayed_steps.clamp(min=1)
     pg = policy_gradient_loss(target_logits, actions, returns.pg_advantages * step_weights)
     errors = returns.vs - baseline
     value = baseline_loss(errors * step_weights.sqrt())
-    neg_entropy = entropy_loss(target_logits[:, fresh])
-    fresh_steps = actions[:, fresh].numel()
+    neg_entropy = entropy_loss(target_logits, fresh)
+    fresh_steps = fresh.sum() * len(actions)
     # The fresh steps' entropy stands for every step's: summed over fresh steps only, the
     # bonus would shrink to 1 / (1 + r) of its weight against the policy gradient at
     # replay ratio r (Pong at r = 4: entropy ~1.3 against ~1.6 without replay).
@@ -139,11 +158,11 @@ def impala_loss(
              + settings.entropy_cost * entropy_weight * neg_entropy)
     return LossStats(
         total_loss=total,
-        pg_loss=pg.item(),
-        baseline_loss=value.item(),
-        entropy=-neg_entropy.item() / fresh_steps,
-        policy_kl=mean_kl(behavior_logits[:, fresh], target_logits[:, fresh].detach()),
-        rho_clipped=(returns.log_rhos[:, fresh] > 0).float().mean().item(),
+        pg_loss=pg.detach(),
+        baseline_loss=value.detach(),
+        entropy=-neg_entropy.detach() / fresh_steps,
+        policy_kl=mean_kl(behavior_logits, target_logits.detach(), fresh),
+        rho_clipped=column_mean((returns.log_rhos > 0).to(fresh.dtype), fresh),
         trust_region_masked=masked_share,
         unroll_errors=errors.detach().abs().mean(dim=0),
     )
@@ -162,8 +181,13 @@ def trust_region_mask(target_logits: torch.Tensor, behavior_logits: torch.Tensor
     return kl <= threshold
 
 
-def mean_kl(behavior_logits: torch.Tensor, target_logits: torch.Tensor) -> float:
-    """Mean over [T, B] of KL(mu || pi) from logits [T, B, A] (nats per step)."""
+def mean_kl(behavior_logits: torch.Tensor, target_logits: torch.Tensor,
+            column_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean KL(mu || pi) per step from logits [T, B, A], over the columns weighted 1 in
+    `column_weights` [B] (all where not given), as a 0-dim tensor (nats per step)."""
     log_mu = F.log_softmax(behavior_logits.float(), dim=-1)
     log_pi = F.log_softmax(target_logits.float(), dim=-1)
-    return torch.sum(log_mu.exp() * (log_mu - log_pi), dim=-1).mean().item()
+    kl = torch.sum(log_mu.exp() * (log_mu - log_pi), dim=-1)
+    if column_weights is None:
+        return kl.mean()
+    return column_mean(kl, column_weights.to(kl.dtype))

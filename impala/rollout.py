@@ -23,19 +23,22 @@ class Batch:
 
     Columns [0, size) take the fresh unrolls from actors; `extra_columns` more may take
     replayed ones. With `keep_stored`, each fresh unroll's stored form is kept too
-    (`stored[name]` is `[size, ...]`), for replay to copy.
+    (`stored[name]` is `[size, ...]`), for replay to copy. With `pinned` (a GPU learner's
+    batches) the arrays are in page-locked memory, so that their copy to the GPU runs
+    beside the host's work instead of before it.
     """
 
     def __init__(self, layout: UnrollLayout, batch_size: int, extra_columns: int = 0,
-                 keep_stored: bool = False) -> None:
+                 keep_stored: bool = False, pinned: bool = False) -> None:
         self.size = batch_size
         columns = batch_size + extra_columns
-        self.arrays: dict[str, np.ndarray] = {}
+        self.tensors: dict[str, torch.Tensor] = {}
         for name, spec in layout.batch_fields().items():
             # Steps [T+1, ...] -> [T+1, B, ...]; core [L, H] -> [L, B, H] as nn.LSTM takes it.
             shape = (spec.shape[0], columns, *spec.shape[1:])
-            self.arrays[name] = np.zeros(shape, dtype=spec.dtype)
-        self.tensors = {name: torch.from_numpy(a) for name, a in self.arrays.items()}
+            tensor = torch.from_numpy(np.zeros(shape, dtype=spec.dtype))
+            self.tensors[name] = tensor.pin_memory() if pinned else tensor
+        self.arrays = {name: t.numpy() for name, t in self.tensors.items()}
         self.stored = ({name: np.zeros((batch_size, *spec.shape), dtype=spec.dtype)
                         for name, spec in layout.schema().items()} if keep_stored else None)
         self.filled = 0
@@ -85,11 +88,12 @@ class BatchQueue:
     """
 
     def __init__(self, layout: UnrollLayout, batch_size: int, capacity: int,
-                 extra_columns: int = 0, keep_stored: bool = False) -> None:
+                 extra_columns: int = 0, keep_stored: bool = False,
+                 pinned: bool = False) -> None:
         self.free: queue.Queue[Batch] = queue.Queue()
         self.ready: queue.Queue[Batch] = queue.Queue()
         for _ in range(capacity + 2):  # + one training, + one filling
-            self.free.put(Batch(layout, batch_size, extra_columns, keep_stored))
+            self.free.put(Batch(layout, batch_size, extra_columns, keep_stored, pinned))
         self._filling: Batch | None = None
         self._lock = threading.Lock()
 
@@ -117,11 +121,15 @@ class BatchQueue:
             return None
 
     def release(self, batch: Batch) -> None:
+        """Give a trained batch back to be filled again. Its copy to a GPU (if any) is done
+        by then: an update ends by reading its statistics, which waits for its work."""
         batch.reset()
         self.free.put(batch)
 
 
 def to_device(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, Any]:
+    """The batch's tensors on `device`: themselves on the CPU; on a GPU, copies queued on
+    the current stream (they overlap the host's work from pinned memory)."""
     if device.type == "cpu":
         return dict(tensors)  # no copy: the arrays are the tensors' storage
     return {k: v.to(device, non_blocking=True) for k, v in tensors.items()}

@@ -55,16 +55,18 @@ def learn_step(model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
     return StepResult(result, grad_norm)
 
 
-def torso_health(features: torch.Tensor) -> dict[str, float]:
-    """How much the torso's features [T, B, F] still tell the steps of a batch apart.
+def torso_health(features: torch.Tensor) -> dict[str, torch.Tensor]:
+    """How much the torso's features [T, B, F] still tell the steps of a batch apart, as
+    0-dim tensors on the features' device (read to the host with the update's other
+    statistics).
 
     `feature_std`: the std over the batch's T x B steps, averaged over features;
     `dead_features`: the share of features that are zero at every step (dead ReLUs). A
     torso whose `feature_std` falls to ~0 shows the heads the same input on every screen:
     nothing can be learned (sandbox/pong_curve.md, "Dead torso")."""
     flat = features.flatten(0, 1).float()
-    return {"feature_std": flat.std(dim=0).mean().item(),
-            "dead_features": (flat == 0).all(dim=0).float().mean().item()}
+    return {"feature_std": flat.std(dim=0).mean(),
+            "dead_features": (flat == 0).all(dim=0).float().mean()}
 
 
 @dataclass

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from impala.algorithm import Learning
@@ -114,11 +115,40 @@ class Update:
         with self.phase("after update"):
             self.learning.after_update(self.model, frames_before, frames_after)
         with self.phase("statistics"):
-            stats = UpdateStats(result.loss.total_loss.item(), result.grad_norm, skipped,
-                                learning_rate, result.loss.scalars,
-                                torso_health(result.loss.features))
+            loss = result.loss
+            health = torso_health(loss.features)
+            read, errors = read_to_host(
+                {("total", "loss"): loss.total_loss,
+                 **{("scalar", k): v for k, v in loss.scalars.items()},
+                 **{("health", k): v for k, v in health.items()}},
+                loss.column_errors if part is not None else None)
+            stats = UpdateStats(read["total", "loss"], result.grad_norm, skipped,
+                                learning_rate, {k: read["scalar", k] for k in loss.scalars},
+                                {k: read["health", k] for k in health})
         if part is not None:
             with self.phase("priorities"):
-                self.replay.reprioritize(part, result.loss.column_errors.cpu().numpy())
+                self.replay.reprioritize(part, errors)
                 stats.replay = self.replay.stats(part)
         return stats
+
+
+def read_to_host(values: Mapping[Hashable, torch.Tensor | float], errors: torch.Tensor | None
+                 ) -> tuple[dict[Hashable, float], np.ndarray | None]:
+    """An update's statistics (0-dim tensors, or floats) and, where given, its column
+    errors `[B]` as floats and a float32 array, in one device-to-host read.
+
+    Why one: each read waits for the device to finish everything queued before it. The
+    losses make none (a GPU learner queues the whole update without waiting); this is the
+    update's one wait for its statistics, after its optimizer step."""
+    tensors = [v.detach().reshape(1).float() for v in values.values()
+               if isinstance(v, torch.Tensor)]
+    if errors is not None:
+        tensors.append(errors.detach().reshape(-1).float())
+    host = torch.cat(tensors).cpu().numpy() if tensors else np.empty(0, np.float32)
+    read, position = {}, 0
+    for key, value in values.items():
+        if isinstance(value, torch.Tensor):
+            read[key], position = float(host[position]), position + 1
+        else:
+            read[key] = float(value)
+    return read, (host[position:] if errors is not None else None)

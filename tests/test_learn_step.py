@@ -47,9 +47,9 @@ def test_a_step_moves_every_parameter_and_reports_finite_scalars():
     assert not stats.skipped and np.isfinite(stats.grad_norm)
     assert np.isfinite(stats.loss.total_loss.item())
     for name in ("pg_loss", "baseline_loss", "entropy"):
-        assert np.isfinite(stats.loss.scalars[name]), name
+        assert np.isfinite(float(stats.loss.scalars[name])), name
     for value in torso_health(stats.loss.features).values():
-        assert np.isfinite(value)
+        assert np.isfinite(float(value))
 
 
 def test_torso_health_tells_dead_and_constant_features_from_live_ones():

@@ -68,8 +68,8 @@ def test_impala_loss_combines_terms_with_costs():
                                  losses.LossSettings(baseline_cost=0.0, entropy_cost=0.0))
     full = losses.impala_loss(logits, baseline, logits.detach(), actions, rewards, done,
                               losses.LossSettings(baseline_cost=0.5, entropy_cost=0.01))
-    expected = (only_pg.pg_loss + 0.5 * full.baseline_loss
-                - 0.01 * full.entropy * T * B)
+    expected = float(only_pg.pg_loss + 0.5 * full.baseline_loss
+                     - 0.01 * full.entropy * T * B)
     assert full.total_loss.item() == pytest.approx(expected, rel=1e-5)
     full.total_loss.backward()
     assert logits.grad is not None and baseline.grad is not None

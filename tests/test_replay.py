@@ -280,12 +280,12 @@ def test_replay_weights_and_mask_scale_each_unroll_and_fresh_data_alone_gives_th
     alone = [losses.impala_loss(logits[:, [b]], baseline[:, [b]], behaviour[:, [b]],
                                 actions[:, [b]], rewards[:, [b]], done[:, [b]], plain)
              for b in range(3)]
-    expected = sum(w * (s.pg_loss + 0.5 * s.baseline_loss)
-                   for w, s in zip(weights.tolist(), alone, strict=True))
+    expected = float(sum(w * (s.pg_loss + 0.5 * s.baseline_loss)
+                         for w, s in zip(weights.tolist(), alone, strict=True)))
     assert weighted.total_loss.item() == pytest.approx(expected, rel=1e-5)
     # Entropy, KL and clipping shares come from the fresh column only.
-    assert weighted.entropy == pytest.approx(alone[0].entropy, rel=1e-6)
-    assert weighted.policy_kl == pytest.approx(alone[0].policy_kl, rel=1e-6)
+    assert weighted.entropy == pytest.approx(float(alone[0].entropy), rel=1e-6)
+    assert weighted.policy_kl == pytest.approx(float(alone[0].policy_kl), rel=1e-6)
     # Errors per unroll: mean |v_s - V(x_s)| over T, the same with or without weights.
     np.testing.assert_allclose(weighted.unroll_errors.numpy(),
                                [s.unroll_errors.item() for s in alone], rtol=1e-5)

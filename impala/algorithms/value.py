@@ -238,12 +238,13 @@ class ValueLearning(Learning):
         errors = td_errors(q, q.detach(), target_q, batch["reward"], batch["done"],
                            batch["action"], self.settings, self.trained)
         weights = batch.get(IMPORTANCE_WEIGHT)
-        weights = torch.ones(errors.shape[1]) if weights is None else weights
+        if weights is None:
+            weights = torch.ones(errors.shape[1], device=errors.device)
         loss = 0.5 * (errors.pow(2) * weights.to(errors)).mean()
         priorities = sequence_priorities(errors.detach(), self.settings.priority_eta)
         first, end = self.trained
-        scalars = {"td_error": errors.detach().abs().mean().item(),
-                   "q_value": q[first:end].detach().max(dim=-1).values.mean().item()}
+        scalars = {"td_error": errors.detach().abs().mean(),
+                   "q_value": q[first:end].detach().max(dim=-1).values.mean()}
         return LossResult(loss, scalars, priorities, features)
 
     def _online_q(self, model: Agent, inputs: list[torch.Tensor],

@@ -1,0 +1,201 @@
+"""The data path a GPU learner runs, checked on the CPU (it is the same code): the losses
+make no host read, an update reads the device once for its statistics, the weights are
+published from a snapshot by a second thread, in order, and never when non-finite. The
+CUDA-only checks (pinned batches, a snapshot copied from the GPU) skip without a GPU."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from impala.distributed import SingleLearner
+from impala.envs import describe_env
+from impala.flags import parse_config
+from impala.mixing import IMPORTANCE_WEIGHT, REPLAYED, UnrollReplay
+from impala.nets import build_agent
+from impala.optim import RMSpropTF
+from impala.publisher import WeightPublisher
+from impala.registry import build_algorithm
+from impala.rollout import Batch, core_state
+from impala.unroll import UnrollLayout
+from impala.unroll_reader import EpisodeStats, Unroll
+from impala.update import Update, UpdateSettings, read_to_host
+
+T, B = 6, 3
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+_FORBIDDEN = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__")
+
+
+@contextmanager
+def host_reads(forbid: bool) -> Iterator[Counter]:
+    """Count (or, with `forbid`, refuse) every way a tensor's values reach the host: the
+    reads that make a GPU learner wait for its device. Indexing by a boolean tensor is
+    one too (the result's size is only known on the device)."""
+    counts: Counter = Counter()
+    originals = {name: getattr(torch.Tensor, name) for name in (*_FORBIDDEN, "cpu",
+                                                                  "__getitem__")}
+
+    def watched(name):
+        def method(self, *args, **kwargs):
+            if name == "__getitem__":
+                index = args[0] if isinstance(args[0], tuple) else (args[0],)
+                if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool
+                           for i in index):
+                    return originals[name](self, *args, **kwargs)
+            counts[name] += 1
+            if forbid:
+                raise AssertionError(f"a host read: Tensor.{name}")
+            return originals[name](self, *args, **kwargs)
+        return method
+
+    for name in originals:
+        setattr(torch.Tensor, name, watched(name))
+    try:
+        yield counts
+    finally:
+        for name, method in originals.items():
+            setattr(torch.Tensor, name, method)
+
+
+def pong_learner(algorithm: str) -> tuple:
+    """An algorithm at its Pong preset with a small batch: (algorithm, model, layout)."""
+    cfg = parse_config([f"--algorithm={algorithm}", "--preset=auto",
+                        "--level_name=PongNoFrameskip-v4", f"--unroll_length={T}",
+                        f"--batch_size={B}", "--replay_size=16", "--learner_threads=1"])
+    algo = build_algorithm(cfg)
+    torch.manual_seed(0)
+    model = build_agent(cfg.agent_name, describe_env(cfg.env_settings), algo)
+    layout = UnrollLayout.for_agent(T, describe_env(cfg.env_settings), model, algo.recorded,
+                                    algo.overlap)
+    return cfg, algo, model, layout
+
+
+def random_batch(layout: UnrollLayout, replay: UnrollReplay | None, seed: int = 0) -> Batch:
+    batch = Batch(layout, B, extra_columns=replay.max_replayed if replay else 0,
+                  keep_stored=replay is not None)
+    rng = np.random.default_rng(seed)
+    for _ in range(B):
+        arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
+        arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
+        arrays["action"][:] = rng.integers(0, layout.num_actions, len(arrays["action"]))
+        arrays["reward"][:] = rng.choice([-1.0, 0.0, 1.0], len(arrays["reward"]))
+        arrays[layout.recorded][:] = rng.normal(size=arrays[layout.recorded].shape)
+        batch.add(Unroll(arrays, "test", 0, EpisodeStats.empty()))
+    return batch
+
+
+@pytest.mark.parametrize("algorithm", ["impala", "apex"])
+def test_no_loss_reads_the_device_so_a_gpu_learner_queues_the_whole_update(algorithm):
+    """Fresh and replayed columns, importance weights and (IMPALA) LASER's trust region:
+    the loss, its statistics and its column errors stay tensors. (R2D2's LSTM core reads
+    its episode starts to cut the unroll into stretches: nets.lstm_core.)"""
+    cfg, algo, model, layout = pong_learner(algorithm)
+    batch = random_batch(layout, None)
+    tensors = batch.columns(B) | {IMPORTANCE_WEIGHT: torch.tensor([1.0, 0.5, 0.25]),
+                                  REPLAYED: torch.tensor([False, True, True])}
+    learning = algo.learning(model)
+    with host_reads(forbid=True):
+        result = learning.loss(model, tensors, core_state(tensors))
+        result.total_loss.backward()
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in result.scalars.values())
+    assert result.column_errors.shape == (B,)
+
+
+def test_an_update_reads_the_device_once_for_its_statistics_and_once_per_step_for_its_norm():
+    """The gradient norm decides on the host whether the step is applied (every rank skips
+    a non-finite one); everything else the update reports comes in one read."""
+    cfg, algo, model, layout = pong_learner("impala")
+    replay = UnrollReplay(layout, B, cfg.replay_schedule, 16, 0.6, 0.4, seed=0)
+    batch = random_batch(layout, replay)
+    for _ in range(6):
+        replay.keep(batch)
+    settings = UpdateSettings.of(cfg)
+    settings = UpdateSettings(settings.learning_rate, settings.total_frames,
+                              settings.lr_hold_fraction, 2, settings.max_grad_norm)
+    update = Update(model, RMSpropTF(model.parameters(), lr=1e-4), SingleLearner(),
+                    algo.learning(model), replay, torch.device("cpu"), settings)
+    with host_reads(forbid=False) as counts:
+        stats = update(batch, 0, 0, 100)
+    # Two passes' norms; one read of the rest (`.cpu()`, then the host copy as an array).
+    assert counts == Counter({"__float__": 2, "cpu": 1, "numpy": 1})
+    assert stats.replay["replayed_share"] > 0 and np.isfinite(stats.total_loss)
+    assert set(stats.scalars) == set(algo.log_scalars)
+
+
+def test_one_read_returns_each_statistic_and_the_column_errors_in_place():
+    values = {"a": torch.tensor(1.5), "b": 2.0, ("c", "d"): torch.tensor(-3.25)}
+    read, errors = read_to_host(values, torch.tensor([0.5, 0.75]))
+    assert read == {"a": 1.5, "b": 2.0, ("c", "d"): -3.25}
+    np.testing.assert_array_equal(errors, np.array([0.5, 0.75], np.float32))
+    assert read_to_host({"a": 1.0}, None) == ({"a": 1.0}, None)
+
+
+class Recorder:
+    """A receiver's `publish`: what it was handed, optionally slow."""
+
+    def __init__(self, delay: threading.Event | None = None) -> None:
+        self.delay = delay
+        self.versions: list[int] = []
+        self.first_weights: dict[int, float] = {}
+
+    def __call__(self, version: int, arrays: dict[str, np.ndarray], run_frames: int) -> None:
+        if self.delay is not None:
+            self.delay.wait(timeout=10)
+        self.versions.append(version)
+        self.first_weights[version] = float(next(iter(arrays.values())).reshape(-1)[0])
+
+
+def test_every_version_is_published_in_order_as_it_was_when_submitted():
+    model = torch.nn.Linear(3, 2)
+    slow = threading.Event()
+    recorder = Recorder(delay=slow)
+    publisher = WeightPublisher(recorder)
+    publisher.start()
+    submitted = {}
+    for version in range(1, 6):
+        with torch.no_grad():
+            model.weight.fill_(float(version))  # what the optimizer does in place
+        submitted[version] = float(version)
+        if version == 3:
+            slow.set()  # until now the first snapshot was held up: the others waited
+        publisher.submit(model, version, run_frames=100 * version)
+    publisher.close()
+    assert recorder.versions == [1, 2, 3, 4, 5] and publisher.published == 5
+    assert recorder.first_weights == submitted
+
+
+def test_non_finite_weights_are_never_published_and_the_training_thread_hears_of_it():
+    model = torch.nn.Linear(3, 2)
+    recorder = Recorder()
+    publisher = WeightPublisher(recorder)
+    publisher.start()
+    publisher.submit(model, 1, 0)
+    with torch.no_grad():
+        model.bias[1] = float("inf")
+    publisher.submit(model, 2, 0)
+    publisher.join(timeout=10)  # the thread stops at the bad snapshot
+    with pytest.raises(FloatingPointError, match=r"non-finite \(bias\) by update 2"):
+        publisher.submit(model, 3, 0)
+    publisher.close()
+    assert recorder.versions == [1]
+
+
+@NO_CUDA
+def test_a_gpu_learners_batches_are_pinned_and_its_snapshots_copied_from_the_gpu():
+    cfg, algo, model, layout = pong_learner("impala")
+    assert all(t.is_pinned() for t in Batch(layout, B, pinned=True).tensors.values())
+    model = model.cuda()
+    recorder = Recorder()
+    publisher = WeightPublisher(recorder)
+    publisher.start()
+    publisher.submit(model, 7, 0)
+    publisher.close()
+    assert recorder.versions == [7]
+    assert recorder.first_weights[7] == float(next(iter(model.state_dict().values()))
+                                              .reshape(-1)[0])
