@@ -44,6 +44,7 @@ def checkout(commit: str, under: Path) -> Path:
 
 def run(tree: Path, flags: list[str], logdir: Path, name: str, timeout_s: float) -> Path:
     """One run from checkout `tree`; its run directory."""
+    logdir.mkdir(parents=True, exist_ok=True)
     log = logdir / f"{name}.log"
     with log.open("w") as out:
         status = subprocess.run([sys.executable, "experiment.py", "--job_name=local",
@@ -62,10 +63,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip_s", type=float, default=40.0)
     parser.add_argument("--timeout_s", type=float, default=1800.0, help="per run")
-    parser.add_argument("flags", nargs=argparse.REMAINDER,
-                        help="after --: experiment.py flags for every run")
-    args = parser.parse_args()
-    flags = [f for f in args.flags if f != "--"]
+    parser.add_argument("--runs_dir", type=Path, default=None,
+                        help="where the runs and their logs stay (default: a new /tmp dir)")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    flags = argv[split + 1:]  # after --: experiment.py flags for every run
+    runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="commits-"))
+    print(f"runs and their logs: {runs_dir}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -73,8 +78,7 @@ def main() -> None:
         try:
             for round_ in range(1, args.rounds + 1):
                 for commit, tree in trees.items():
-                    run_dir = run(tree, flags, scratch / "runs", f"{commit}-{round_}",
-                                  args.timeout_s)
+                    run_dir = run(tree, flags, runs_dir, f"{commit}-{round_}", args.timeout_s)
                     sps = steps_per_second(run_dir / "logs.csv", args.skip_s)
                     print(f"round {round_} {commit}: {sps:.0f} steps/s", flush=True)
                     rows.append({"of_commit": commit, "round": round_, "steps_per_s": sps,

@@ -132,10 +132,12 @@ def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch
     publisher.raise_if_failed()
 
 
-def filled_batch(layout: UnrollLayout, B: int, replay: UnrollReplay | None) -> Batch:
-    """A batch of B random Pong-like unrolls, and `replay` (if any) filled with copies."""
+def filled_batch(layout: UnrollLayout, B: int, replay: UnrollReplay | None,
+                 stacks_on_device: bool = False) -> Batch:
+    """A batch of B random Pong-like unrolls, and `replay` (if any) filled with copies;
+    `stacks_on_device`: the batch carries frames (the learner's --stack_frames)."""
     batch = Batch(layout, B, extra_columns=replay.max_replayed if replay else 0,
-                  keep_stored=replay is not None)
+                  keep_stored=replay is not None, stacks_on_device=stacks_on_device)
     rng = np.random.default_rng(0)
     for _ in range(B):
         arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
@@ -179,7 +181,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent,
                           seed=0) if ratio > 0 else None
-    batch = filled_batch(layout, B, replay)
+    batch = filled_batch(layout, B, replay, cfg.stacks_on_device(resolve_device(device)))
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
     with learner_update(algo, model, cfg, batch, replay, fresh_frames, device,
                         phases) as update:

@@ -159,16 +159,18 @@ class Learner:
         batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity,
                              extra_columns=replay.max_replayed if replay else 0,
                              keep_stored=replay is not None,
-                             pinned=self.device.type == "cuda")
+                             pinned=self.device.type == "cuda",
+                             stacks_on_device=cfg.stacks_on_device(self.device))
         receiver = self.receiver = UnrollReceiver(
             sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
             name=f"learner-{self.rank}")
         receiver.publish(self.counters.updates, finite_weights(self.model), self.counters.frames)
         receiver.start()
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
-                 "T=%d)", self.rank, self.backend.size, sock.address, cfg.agent_name,
+                 "T=%d%s)", self.rank, self.backend.size, sock.address, cfg.agent_name,
                  self.device, cfg.level_name, cfg.algorithm, cfg.preset, cfg.batch_size,
-                 cfg.unroll_length)
+                 cfg.unroll_length, ", frame stacks gathered on the device"
+                 if self.layout.frame_stack and cfg.stacks_on_device(self.device) else "")
         return receiver, batches, sock
 
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:

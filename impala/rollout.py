@@ -14,7 +14,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from impala.unroll import CORE_PREFIX, UnrollLayout, core_field, write_batch_column
+from impala.framestack import stacks_from_frames
+from impala.unroll import (
+    CORE_PREFIX,
+    EPISODE_START,
+    FRAME_FIELDS,
+    FRAMES,
+    OBSERVATION,
+    UnrollLayout,
+    core_field,
+    write_batch_column,
+)
 from impala.unroll_reader import EpisodeStats, Unroll
 
 
@@ -25,15 +35,18 @@ class Batch:
     replayed ones. With `keep_stored`, each fresh unroll's stored form is kept too
     (`stored[name]` is `[size, ...]`), for replay to copy. With `pinned` (a GPU learner's
     batches) the arrays are in page-locked memory, so that their copy to the GPU runs
-    beside the host's work instead of before it.
+    beside the host's work instead of before it. With `stacks_on_device` a frame-stacked
+    batch holds frames `[T+S, B, H, W]` and `episode_start` `[T+1, B]` instead of
+    observations (the update gathers the stacks: framestack.stacks_from_frames).
     """
 
     def __init__(self, layout: UnrollLayout, batch_size: int, extra_columns: int = 0,
-                 keep_stored: bool = False, pinned: bool = False) -> None:
+                 keep_stored: bool = False, pinned: bool = False,
+                 stacks_on_device: bool = False) -> None:
         self.size = batch_size
         columns = batch_size + extra_columns
         self.tensors: dict[str, torch.Tensor] = {}
-        for name, spec in layout.batch_fields().items():
+        for name, spec in layout.batch_fields(stacks_on_device).items():
             # Steps [T+1, ...] -> [T+1, B, ...]; core [L, H] -> [L, B, H] as nn.LSTM takes it.
             shape = (spec.shape[0], columns, *spec.shape[1:])
             tensor = torch.from_numpy(np.zeros(shape, dtype=spec.dtype))
@@ -89,11 +102,12 @@ class BatchQueue:
 
     def __init__(self, layout: UnrollLayout, batch_size: int, capacity: int,
                  extra_columns: int = 0, keep_stored: bool = False,
-                 pinned: bool = False) -> None:
+                 pinned: bool = False, stacks_on_device: bool = False) -> None:
         self.free: queue.Queue[Batch] = queue.Queue()
         self.ready: queue.Queue[Batch] = queue.Queue()
         for _ in range(capacity + 2):  # + one training, + one filling
-            self.free.put(Batch(layout, batch_size, extra_columns, keep_stored, pinned))
+            self.free.put(Batch(layout, batch_size, extra_columns, keep_stored, pinned,
+                                stacks_on_device))
         self._filling: Batch | None = None
         self._lock = threading.Lock()
 
@@ -133,3 +147,14 @@ def to_device(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[st
     if device.type == "cpu":
         return dict(tensors)  # no copy: the arrays are the tensors' storage
     return {k: v.to(device, non_blocking=True) for k, v in tensors.items()}
+
+
+def with_stacks(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch that carries frames (`[T+S, B, H, W]`, `episode_start` `[T+1, B]`) with its
+    observations `[T+1, B, S, H, W]` gathered from them where the tensors are; any other
+    batch as it is."""
+    if FRAMES not in tensors:
+        return tensors
+    stacked = {name: t for name, t in tensors.items() if name not in FRAME_FIELDS}
+    stacked[OBSERVATION] = stacks_from_frames(tensors[FRAMES], tensors[EPISODE_START])
+    return stacked

@@ -122,8 +122,12 @@ class UnrollLayout:
             fields[name] = FieldSpec("float32", shape)
         return fields
 
-    def batch_fields(self) -> dict[str, FieldSpec]:
-        """What a learner batch holds per unroll: the stored form with observations rebuilt."""
+    def batch_fields(self, stacks_on_device: bool = False) -> dict[str, FieldSpec]:
+        """What a learner batch holds per unroll: the stored form with observations rebuilt,
+        or with `stacks_on_device` the stored form itself (frames once each, the stacks
+        gathered where the update runs: framestack.stacks_from_frames)."""
+        if stacks_on_device and self.frame_stack:
+            return self.schema()
         fields = {name: spec for name, spec in self.schema().items()
                   if name not in FRAME_FIELDS}
         fields[OBSERVATION] = FieldSpec(self.observation_dtype,
@@ -143,11 +147,13 @@ def core_shapes_of(initial_state: tuple[torch.Tensor, ...]) -> tuple[tuple[int, 
 def write_batch_column(stored: dict[str, np.ndarray], batch: dict[str, np.ndarray],
                        column: int) -> None:
     """Write one stored-form unroll into column `column` of batch arrays: steps
-    `[T+1, B, ...]`, core `[L, B, H]`; frame-stacked observations are rebuilt."""
-    if FRAMES in stored:
+    `[T+1, B, ...]` (frames `[T+S, B, H, W]`), core `[L, B, H]`; frame-stacked observations
+    are rebuilt where the batch holds observations, copied as frames where it holds those."""
+    rebuild = FRAMES in stored and OBSERVATION in batch
+    if rebuild:
         rebuild_stacks(stored[FRAMES], stored[EPISODE_START], batch[OBSERVATION][:, column])
     for name, array in stored.items():
-        if name not in FRAME_FIELDS:
+        if not (rebuild and name in FRAME_FIELDS):
             batch[name][:, column] = array
 
 

@@ -22,7 +22,7 @@ from impala.distributed import Backend
 from impala.mixing import UnrollReplay
 from impala.nets import Agent
 from impala.optim import scheduled_learning_rate
-from impala.rollout import Batch, core_state, to_device
+from impala.rollout import Batch, core_state, to_device, with_stacks
 from impala.step import learn_step, torso_health, untimed
 
 if TYPE_CHECKING:
@@ -107,6 +107,8 @@ class Update:
         with self.phase("to device"):
             tensors = to_device(tensors, self.device)
             core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
+        with self.phase("stack frames"):  # where the batch carries frames (--stack_frames)
+            tensors = with_stacks(tensors)
         skipped = False
         for _ in range(s.passes):  # every rank makes the same number: allreduces pair up
             result = learn_step(self.model, self.optimizer, self.backend, tensors, core,

@@ -17,13 +17,14 @@ import torch
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
 from impala.flags import parse_config
+from impala.framestack import rebuild_stacks, stacks_from_frames
 from impala.mixing import IMPORTANCE_WEIGHT, REPLAYED, UnrollReplay
 from impala.nets import build_agent
 from impala.optim import RMSpropTF
 from impala.publisher import WeightPublisher
 from impala.registry import build_algorithm
-from impala.rollout import Batch, core_state
-from impala.unroll import UnrollLayout
+from impala.rollout import Batch, core_state, with_stacks
+from impala.unroll import EPISODE_START, FRAMES, OBSERVATION, UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
 from impala.update import Update, UpdateSettings, read_to_host
 
@@ -76,13 +77,17 @@ def pong_learner(algorithm: str) -> tuple:
     return cfg, algo, model, layout
 
 
-def random_batch(layout: UnrollLayout, replay: UnrollReplay | None, seed: int = 0) -> Batch:
+def random_batch(layout: UnrollLayout, replay: UnrollReplay | None, seed: int = 0,
+                 stacks_on_device: bool = False) -> Batch:
+    """B random Pong-shaped unrolls, some of whose environments reset mid-unroll."""
     batch = Batch(layout, B, extra_columns=replay.max_replayed if replay else 0,
-                  keep_stored=replay is not None)
+                  keep_stored=replay is not None, stacks_on_device=stacks_on_device)
     rng = np.random.default_rng(seed)
     for _ in range(B):
         arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
         arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
+        arrays["episode_start"][:] = rng.random(len(arrays["episode_start"])) < 0.2
+        arrays["done"][:] = arrays["episode_start"]
         arrays["action"][:] = rng.integers(0, layout.num_actions, len(arrays["action"]))
         arrays["reward"][:] = rng.choice([-1.0, 0.0, 1.0], len(arrays["reward"]))
         arrays[layout.recorded][:] = rng.normal(size=arrays[layout.recorded].shape)
@@ -187,7 +192,7 @@ def test_non_finite_weights_are_never_published_and_the_training_thread_hears_of
 
 
 @NO_CUDA
-def test_a_gpu_learners_batches_are_pinned_and_its_snapshots_copied_from_the_gpu():
+def test_a_gpu_learners_batches_are_pinned_its_snapshots_copied_and_its_stacks_gathered():
     cfg, algo, model, layout = pong_learner("impala")
     assert all(t.is_pinned() for t in Batch(layout, B, pinned=True).tensors.values())
     model = model.cuda()
@@ -199,3 +204,53 @@ def test_a_gpu_learners_batches_are_pinned_and_its_snapshots_copied_from_the_gpu
     assert recorder.versions == [7]
     assert recorder.first_weights[7] == float(next(iter(model.state_dict().values()))
                                               .reshape(-1)[0])
+    frames = torch.randint(0, 255, (T + 4, B, 5, 5), dtype=torch.uint8)
+    starts = torch.rand(T + 1, B) < 0.3
+    on_gpu = stacks_from_frames(frames.cuda(), starts.cuda())
+    assert torch.equal(on_gpu.cpu(), stacks_from_frames(frames, starts))
+
+
+def test_stacks_gathered_from_a_batch_of_frames_are_the_hosts_rebuild_of_each_column():
+    rng = np.random.default_rng(1)
+    steps, stack, columns = T + 1, 4, 5
+    frames = rng.integers(0, 255, (steps + stack - 1, columns, 3, 2), dtype=np.uint8)
+    starts = rng.random((steps, columns)) < 0.3
+    starts[:, 0] = False  # a column without any reset, and one reset at every step
+    starts[:, 1] = True
+    gathered = stacks_from_frames(torch.from_numpy(frames), torch.from_numpy(starts))
+    assert gathered.shape == (steps, columns, stack, 3, 2)
+    for b in range(columns):
+        expected = np.empty((steps, stack, 3, 2), np.uint8)
+        rebuild_stacks(frames[:, b], starts[:, b], expected)
+        np.testing.assert_array_equal(gathered[:, b].numpy(), expected)
+
+
+@pytest.mark.parametrize("algorithm", ["impala", "apex"])
+def test_an_update_on_a_batch_of_frames_is_the_update_on_a_batch_of_stacks(algorithm):
+    """--stack_frames=device against host: the same fresh and replayed unrolls, the same
+    parameters afterwards, bit for bit (the gather copies; nothing is computed)."""
+    cfg, algo, _, layout = pong_learner(algorithm)
+    after = []
+    for on_device in (False, True):
+        torch.manual_seed(0)
+        model = build_agent(cfg.agent_name, describe_env(cfg.env_settings), algo)
+        replay = UnrollReplay(layout, B, cfg.replay_schedule, 16, 0.6, 0.4, seed=0)
+        batch = random_batch(layout, replay, stacks_on_device=on_device)
+        assert (FRAMES in batch.arrays) == on_device == (OBSERVATION not in batch.arrays)
+        for _ in range(4):
+            replay.keep(batch)
+        update = Update(model, RMSpropTF(model.parameters(), lr=1e-3), SingleLearner(),
+                        algo.learning(model), replay, torch.device("cpu"),
+                        UpdateSettings.of(cfg))
+        for number in range(2):
+            update(batch, number, 1000 * number, 1000 * (number + 1))
+        after.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*after, strict=True))
+
+
+def test_a_batch_without_frames_is_left_as_it_is():
+    tensors = {OBSERVATION: torch.zeros(T + 1, B, 4)}
+    assert with_stacks(tensors) is tensors
+    frames = {FRAMES: torch.zeros(T + 4, B, 2, 2, dtype=torch.uint8),
+              EPISODE_START: torch.zeros(T + 1, B, dtype=torch.bool)}
+    assert set(with_stacks(frames)) == {OBSERVATION}

@@ -167,6 +167,15 @@ def test_prioritized_replay_learns_through_the_atari_data_path(tmp_path):
     assert f"replay: {replay_size} unrolls x" in (run_dir / "learner-0.log").read_text()
 
 
+def test_frame_stacks_gathered_where_the_update_runs_learn_through_the_atari_data_path(
+        tmp_path):
+    """--stack_frames=device on the CPU (a GPU learner's default): batches carry each frame
+    once and the update gathers the stacks, for fresh and replayed unrolls alike."""
+    run_dir = cue_run(tmp_path, "impala/DelayedCueLong-v0", LONG_CUE_BUDGET, 4.5,
+                      ("--stack_frames=device",))
+    assert "frame stacks gathered on the device" in (run_dir / "learner-0.log").read_text()
+
+
 def _raw_messages(header_ok: bytes) -> list[list[bytes]]:
     """One message of each malformed kind."""
     good_fields = json.loads(header_ok)["fields"]
