@@ -43,7 +43,10 @@ def take_snapshot(model: nn.Module, version: int, run_frames: int) -> Snapshot:
     copies are queued (into pinned memory) and `copied` says when they are done."""
     state = model.state_dict()
     if any(t.is_cuda for t in state.values()):
-        tensors = {name: t.detach().to("cpu", non_blocking=True) for name, t in state.items()}
+        # non_blocking from the GPU: pinned host memory, filled behind the queued step; copy
+        # even a tensor already on the host, so the optimizer never writes into a snapshot.
+        tensors = {name: t.detach().to("cpu", non_blocking=True, copy=True)
+                   for name, t in state.items()}
         copied = torch.cuda.Event()
         copied.record()
         return Snapshot(version, run_frames, tensors, copied)
