@@ -23,7 +23,7 @@ from impala.mixing import UnrollReplay
 from impala.nets import Agent
 from impala.optim import scheduled_learning_rate
 from impala.rollout import Batch, core_state, to_device, with_stacks
-from impala.step import learn_step, torso_health, untimed
+from impala.step import StepResult, learn_step, torso_health, untimed
 
 if TYPE_CHECKING:
     from impala.config import Config
@@ -117,21 +117,29 @@ class Update:
         with self.phase("after update"):
             self.learning.after_update(self.model, frames_before, frames_after)
         with self.phase("statistics"):
-            loss = result.loss
-            health = torso_health(loss.features)
-            read, errors = read_to_host(
-                {("total", "loss"): loss.total_loss,
-                 **{("scalar", k): v for k, v in loss.scalars.items()},
-                 **{("health", k): v for k, v in health.items()}},
-                loss.column_errors if part is not None else None)
-            stats = UpdateStats(read["total", "loss"], result.grad_norm, skipped,
-                                learning_rate, {k: read["scalar", k] for k in loss.scalars},
-                                {k: read["health", k] for k in health})
+            stats, errors = self._read_statistics(result, skipped, learning_rate,
+                                                  with_errors=part is not None)
         if part is not None:
             with self.phase("priorities"):
                 self.replay.reprioritize(part, errors)
                 stats.replay = self.replay.stats(part)
         return stats
+
+    @staticmethod
+    def _read_statistics(result: StepResult, skipped: bool, learning_rate: float,
+                         with_errors: bool) -> tuple[UpdateStats, np.ndarray | None]:
+        """The update's report and (`with_errors`) its column errors, in one host read."""
+        loss = result.loss
+        health = torso_health(loss.features)
+        read, errors = read_to_host(
+            {("total", "loss"): loss.total_loss,
+             **{("scalar", name): v for name, v in loss.scalars.items()},
+             **{("health", name): v for name, v in health.items()}},
+            loss.column_errors if with_errors else None)
+        stats = UpdateStats(read["total", "loss"], result.grad_norm, skipped, learning_rate,
+                            {name: read["scalar", name] for name in loss.scalars},
+                            {name: read["health", name] for name in health})
+        return stats, errors
 
 
 def read_to_host(values: Mapping[Hashable, torch.Tensor | float], errors: torch.Tensor | None
