@@ -40,20 +40,20 @@ Result = TypeVar("Result")
 
 
 def first_solved_attempt(tmp_path: Path, attempt: Callable[[Path], tuple[Result, str | None]],
-                         failure: str) -> Result:
+                         failure: str, attempts: int = CARTPOLE_ATTEMPTS) -> Result:
     """Runs `attempt` in a new tmp_path/attempt-<k> until it solves its task, up to
-    CARTPOLE_ATTEMPTS times, and returns that attempt's result. `attempt` returns (result,
-    miss): miss says how the run fell short, or is None when it solved the task. When every
+    `attempts` times, and returns that attempt's result. `attempt` returns (result, miss):
+    miss says how the run fell short, or is None when it solved the task. When every
     attempt misses, fails with `failure` and each miss."""
     misses = []
-    for k in range(CARTPOLE_ATTEMPTS):
+    for k in range(attempts):
         attempt_dir = tmp_path / f"attempt-{k}"
         attempt_dir.mkdir(parents=True)
         result, miss = attempt(attempt_dir)
         if miss is None:
             return result
         misses.append(miss)
-    pytest.fail(f"{failure} in {CARTPOLE_ATTEMPTS} runs: " + "; ".join(misses))
+    pytest.fail(f"{failure} in {attempts} runs: " + "; ".join(misses))
 
 
 def free_port() -> int:

@@ -42,8 +42,8 @@ def greedy_mean_return(tmp_path, flags: list[str], episodes: int) -> float:
 
 @pytest.mark.slow
 def test_apex_learns_cartpole_with_its_defaults(tmp_path):
-    """The apex_classic preset learns CartPole within its 500K frames (in one of
-    CARTPOLE_ATTEMPTS): the actors' mean return over 100 episodes (epsilon-greedy, down to
+    """The apex_classic preset learns CartPole within its 500K frames (in one of five
+    attempts): the actors' mean return over 100 episodes (epsilon-greedy, down to
     epsilon 0.4 in one environment) reaches 475, where --target_return stops the run, and
     the greedy policy then scores 475 too over 100 episodes. An attempt counts only if both
     hold: a mean met on a passing peak can leave a greedy policy that fails some starts.
@@ -62,8 +62,11 @@ def test_apex_learns_cartpole_with_its_defaults(tmp_path):
         return run_dir, None if greedy_scores[-1] >= 475 else (
             f"475 reached in training, greedy {greedy_scores[-1]:.1f} over 100 episodes")
 
+    # An attempt must both reach 475 and then play 475 greedily: 9 of 14 did on
+    # 2026-11-25 (sandbox/value.md, "Ape-X on CartPole: how often an attempt passes"), so
+    # three attempts would all miss ~1 time in 20; five miss ~1 in 170.
     run_dir = first_solved_attempt(tmp_path, attempt, f"Ape-X did not reach 475 on "
-                                   f"CartPole within {budget} frames, greedy too")
+                                   f"CartPole within {budget} frames, greedy too", attempts=5)
     assert_stopped_at_the_target(run_dir, 475, budget)
     logs = read_csv(run_dir / "logs.csv")
     last = logs.iloc[-1]
