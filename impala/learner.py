@@ -156,11 +156,12 @@ class Learner:
                              receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
                              keys=self.keys)
         replay = self.replay
+        stacks_on_device = cfg.stacks_on_device(self.device)
         batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity,
                              extra_columns=replay.max_replayed if replay else 0,
                              keep_stored=replay is not None,
                              pinned=self.device.type == "cuda",
-                             stacks_on_device=cfg.stacks_on_device(self.device))
+                             stacks_on_device=stacks_on_device)
         receiver = self.receiver = UnrollReceiver(
             sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
             name=f"learner-{self.rank}")
@@ -170,7 +171,7 @@ class Learner:
                  "T=%d%s)", self.rank, self.backend.size, sock.address, cfg.agent_name,
                  self.device, cfg.level_name, cfg.algorithm, cfg.preset, cfg.batch_size,
                  cfg.unroll_length, ", frame stacks gathered on the device"
-                 if self.layout.frame_stack and cfg.stacks_on_device(self.device) else "")
+                 if self.layout.frame_stack and stacks_on_device else "")
         return receiver, batches, sock
 
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from impala.weights import non_finite
+from impala.weights import refuse_non_finite
 
 log = logging.getLogger("learner")
 
@@ -42,16 +42,15 @@ def take_snapshot(model: nn.Module, version: int, run_frames: int) -> Snapshot:
     """The model's weights as host tensors the optimizer will not touch. From a GPU the
     copies are queued (into pinned memory) and `copied` says when they are done."""
     state = model.state_dict()
+    # From a GPU, non_blocking copies into pinned host memory, filled behind the queued
+    # step; on the CPU, plain copies. Always copies, so the optimizer never writes into one.
+    tensors = {name: t.detach().to("cpu", non_blocking=True, copy=True)
+               for name, t in state.items()}
+    copied = None
     if any(t.is_cuda for t in state.values()):
-        # non_blocking from the GPU: pinned host memory, filled behind the queued step; copy
-        # even a tensor already on the host, so the optimizer never writes into a snapshot.
-        tensors = {name: t.detach().to("cpu", non_blocking=True, copy=True)
-                   for name, t in state.items()}
         copied = torch.cuda.Event()
         copied.record()
-        return Snapshot(version, run_frames, tensors, copied)
-    return Snapshot(version, run_frames,
-                    {name: t.detach().clone() for name, t in state.items()}, None)
+    return Snapshot(version, run_frames, tensors, copied)
 
 
 class WeightPublisher(threading.Thread):
@@ -104,10 +103,7 @@ class WeightPublisher(threading.Thread):
     def _publish(self, snapshot: Snapshot) -> None:
         if snapshot.copied is not None:
             snapshot.copied.synchronize()
-        arrays = {name: t.numpy() for name, t in snapshot.tensors.items()}
-        bad = non_finite(arrays)
-        if bad:
-            raise FloatingPointError(f"parameters became non-finite ({', '.join(bad[:5])}) "
-                                     f"by update {snapshot.version}; not publishing them")
+        arrays = refuse_non_finite({name: t.numpy() for name, t in snapshot.tensors.items()},
+                                   when=f"by update {snapshot.version}")
         self.publish(snapshot.version, arrays, snapshot.run_frames)
         self.published += 1

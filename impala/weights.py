@@ -25,11 +25,16 @@ def weights_arrays(model: nn.Module) -> dict[str, np.ndarray]:
 
 def finite_weights(model: nn.Module) -> dict[str, np.ndarray]:
     """`weights_arrays`, refusing to hand NaN or infinite weights to any actor."""
-    arrays = weights_arrays(model)
+    return refuse_non_finite(weights_arrays(model))
+
+
+def refuse_non_finite(arrays: dict[str, np.ndarray], when: str = "") -> dict[str, np.ndarray]:
+    """`arrays`, if every one is finite; else FloatingPointError naming the bad ones and
+    `when` they went bad (e.g. "by update 7"): such weights are never published."""
     bad = non_finite(arrays)
     if bad:
-        raise FloatingPointError(f"parameters became non-finite ({', '.join(bad[:5])}); "
-                                 "not publishing them")
+        raise FloatingPointError(f"parameters became non-finite ({', '.join(bad[:5])})"
+                                 f"{' ' + when if when else ''}; not publishing them")
     return arrays
 
 
