@@ -48,18 +48,24 @@ def main() -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
     run_dir = Path(args.logdir) / args.run_name
-    print(plot_run(run_dir))
+    print(plot_run(run_dir) or "no curve drawn: no log rows yet")
     print_curve(run_dir, args.rows)
 
 
 def print_curve(run_dir: Path, rows: int) -> None:
     logs = pd.read_csv(run_dir / "logs.csv")
+    if logs.empty:
+        print(f"{run_dir / 'logs.csv'}: no rows yet (the run stopped before its first "
+              "--log_interval_s)")
+        return
     episodes = episodes_of(run_dir)
     minutes = running_minutes(logs, logs["time"])  # a resumed run's stop is not counted
     print(f"{common.machine()}\n")
+    # The algorithm's own sign of life: IMPALA's policy entropy, a value-based agent's Q.
+    signal = next(name for name in ("entropy", "q_value", "total_loss") if name in logs)
     print(f"| frames | wall time (min) | mean return, last {RETURN_WINDOW} episodes | "
-          "episodes so far | entropy |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+          f"episodes so far | steps/s | {signal} |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for index in sorted(set(list(range(0, len(logs), max(1, len(logs) // rows)))
                             + [len(logs) - 1])):
         row = logs.iloc[index]
@@ -67,7 +73,7 @@ def print_curve(run_dir: Path, rows: int) -> None:
         recent = seen["episode_return"].tail(RETURN_WINDOW)
         mean = f"{recent.mean():.1f}" if len(recent) else "n/a"
         print(f"| {int(row['frames']):,} | {minutes[index]:.1f} | {mean} | "
-              f"{len(seen)} | {row['entropy']:.3f} |")
+              f"{len(seen)} | {row['sps']:,.0f} | {row[signal]:.3f} |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -36,3 +39,26 @@ def test_a_file_with_only_its_header_gets_no_second_header(tmp_path, monkeypatch
     (tmp_path / "x.csv").write_text("date,commit,cores,cpu,a,b\n")
     common.report("x", [{"a": 1, "b": 2}], ["a", "b"])
     assert (tmp_path / "x.csv").read_text().count("date,") == 1
+
+
+@pytest.mark.slow
+def test_the_gpu_session_script_runs_a_pong_run_and_keeps_its_curve(tmp_path):
+    """bench/gpu_session.sh, dry-run on the CPU: a value-based Pong run with the machine's
+    defaults is cut at its minutes, and its table (with Q, not IMPALA's entropy) and files
+    land in $OUT, as a GPU session would fetch them."""
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    result = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_session.sh"), "pong", "1", "apex", "0.4", "--",
+         "--num_envs=2"], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, "OUT": str(out),
+             "RUNS": str(runs)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "| steps/s | q_value |" in result.stdout
+    assert (out / "apex-1-logs.csv").exists() and (out / "apex-1-episodes-0.csv").exists()
+    assert "| steps/s | q_value |" in (out / "pong-apex-1.log").read_text()
+
+
+def test_the_gpu_session_script_says_how_to_call_it():
+    result = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh"), "pong"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "gpu_session.sh pong SEED" in result.stdout

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 38's GPU figures in a few calls of at most ~9 minutes each, on a GPU machine whose
+# `python3` already has a CUDA torch and that may have no network (sandbox/gpu.md, "To run on
+# a GPU machine"). Packages torch's image lacks travel as wheels in `.whl/` beside this
+# checkout (gymnasium, ale-py, pyzmq, farama-notifications: python 3.12, manylinux x86_64);
+# they are installed into /tmp/site first. Everything it prints also goes to $OUT (default
+# bench/results/gpu), with each Pong run's logs.csv, episodes and curve.
+#
+#   bench/gpu_session.sh checks                   # CUDA tests, learner and inference benches (~5 min)
+#   bench/gpu_session.sh pong SEED [ALGO] [MIN] [-- FLAGS]   # Pong, the machine's defaults
+#
+# DEVICE=cpu PYTHON=.venv/bin/python runs the same steps on a CPU machine (a dry run); the
+# runs go to $RUNS (default /tmp/gpu_session).
+# `pong` stops at +18 or after MIN minutes (default 8): the table it prints has the frames and
+# the wall minutes at each row, so the time to +18 reads off it (goal: 2.5 min on 2 seeds).
+set -euo pipefail
+case "${1:-} ${2:-}" in checks*) ;; "pong "[0-9]*) ;; *) sed -n 2,15p "$0"; exit 2 ;; esac
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+RESULTS=${OUT:-bench/results/gpu}
+mkdir -p "$RESULTS"
+export PYTHONUNBUFFERED=1
+
+if ! "$PY" -c "import gymnasium, ale_py, zmq" 2> /dev/null && compgen -G ".whl/*.whl" > /dev/null
+then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+machine() {
+  nvidia-smi -L 2> /dev/null || echo "nvidia-smi: none"
+  echo "cores: $(nproc)"
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+}
+
+checks() {
+  machine
+  # The CUDA-only checks run here: pinned batches, the snapshot copied from the GPU, the
+  # gather on the GPU against the CPU's, the learner's device by default.
+  "$PY" -m pytest -q -ra -p no:cacheprovider tests/test_device_path.py \
+    tests/test_machine_defaults.py || echo "the CUDA checks failed (exit $?): read them first"
+  "$PY" bench/learner.py --algorithms impala apex r2d2 --device="$DEVICE" --threads 1 \
+    --seconds 10 --profile
+  "$PY" bench/inference.py --device="$DEVICE" --batches 8 16 32
+  [ "$DEVICE" = cpu ] || "$PY" bench/inference.py --device=cpu --batches 8 16 32
+}
+
+pong() {
+  local seed=$1 algorithm=${2:-impala} minutes=${3:-8}
+  shift $(( $# < 3 ? $# : 3 ))
+  [ "${1:-}" = "--" ] && shift
+  machine
+  local logdir=${RUNS:-/tmp/gpu_session}
+  # --num_actors=0 and --num_envs as the machine's defaults (pong_curve.py pins the 2-core
+  # split otherwise); the learner says what it chose. A row every 10 s: the goal is minutes.
+  "$PY" bench/pong_curve.py --minutes="$minutes" --logdir=$logdir \
+    --run_name="pong-$algorithm-$seed" -- --num_actors=0 --algorithm="$algorithm" \
+    --learner_device="$DEVICE" --seed="$seed" --target_return=18 \
+    --target_return_episodes=30 --log_interval_s=10 "$@"
+  local run_dir=$logdir/pong-$algorithm-$seed
+  grep -E "actors|device|stack|reached|done" "$run_dir/learner-0.log" | head -20 || true
+  for name in logs.csv episodes-0.csv curve.png; do
+    if [ -f "$run_dir/$name" ]; then cp "$run_dir/$name" "$RESULTS/$algorithm-$seed-$name"; fi
+  done
+}
+
+case "${1:-}" in
+  checks) checks 2>&1 | tee "$RESULTS/checks.log" ;;
+  pong) shift; pong "$@" 2>&1 | tee "$RESULTS/pong-${2:-impala}-$1.log" ;;
+esac
