@@ -1,8 +1,10 @@
 """How learners stay in sync: the gradient allreduce and the start-up broadcasts.
 
 Three backends with one interface, chosen by `--allreduce_backend`:
-- `horovod` (default): Horovod ranks started by mpirun, `hvd.DistributedOptimizer`.
-- `torch`: torch.distributed (gloo on CPU, nccl on GPU), initialised from mpirun's variables.
+- `horovod` (default): Horovod ranks started by mpirun, `hvd.DistributedOptimizer`; a
+  learner on a GPU with a Horovod built without CUDA (setup.sh's build) sends host copies.
+- `torch`: torch.distributed (gloo for host tensors, nccl for a GPU's), initialised from
+  mpirun's variables.
 - `none`: a single learner.
 A learner started outside mpirun (no rank variables) is a single learner whatever the flag.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -44,6 +47,37 @@ def clip_and_norm(model: nn.Module, max_norm: float) -> float:
     return norm
 
 
+def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float
+                  ) -> float:
+    """Clip the (averaged) gradients and step, unless their norm is not finite; the norm."""
+    norm = clip_and_norm(model, max_norm)
+    if math.isfinite(norm):
+        optimizer.step()
+    return norm
+
+
+def average_gradients(model: nn.Module, allreduce_mean: Callable[[torch.Tensor], torch.Tensor]
+                      ) -> None:
+    """Replace every gradient by its mean over the ranks, reduced as one flat buffer:
+    `allreduce_mean` takes the flat [N] gradients and returns their mean (where it likes:
+    they are copied back to each gradient's device)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = allreduce_mean(torch.cat([g.reshape(-1) for g in grads]))
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def synced_tensors(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """What rank 0 broadcasts at the start: the model's state and the optimizer's state
+    tensors (materialised first, so that every rank has the same tensors to receive into)."""
+    _materialise_optimizer_state(model, optimizer)
+    state = [value for per_parameter in optimizer.state.values()
+             for value in per_parameter.values() if torch.is_tensor(value)]
+    return [*model.state_dict().values(), *state]
+
+
 def parameter_checksum(model: nn.Module) -> float:
     """float64 sum of every parameter: equal across ranks iff they are (almost surely) in sync."""
     with torch.no_grad():
@@ -62,10 +96,7 @@ class SingleLearner:
 
     def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                         max_norm: float) -> float:
-        norm = clip_and_norm(model, max_norm)
-        if math.isfinite(norm):
-            optimizer.step()
-        return norm
+        return clip_and_step(model, optimizer, max_norm)
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -78,20 +109,28 @@ class SingleLearner:
 
 
 class HorovodBackend:
-    """Horovod, in the order of its PyTorch examples."""
+    """Horovod, in the order of its PyTorch examples; through host memory where this
+    Horovod cannot reduce the model's tensors (`through_host`)."""
 
     name = "horovod"
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None, through_host: bool | None = None
+                 ) -> None:
         import horovod.torch as hvd
 
         self.hvd = hvd
         hvd.init()
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self.through_host = (reduces_through_host(device, hvd.cuda_built())
+                             if through_host is None else through_host)
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer
                 ) -> torch.optim.Optimizer:
         hvd = self.hvd
+        if self.through_host:
+            for index, tensor in enumerate(synced_tensors(model, optimizer)):
+                tensor.copy_(hvd.broadcast(tensor.cpu(), root_rank=0, name=f"start.{index}"))
+            return optimizer
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
@@ -99,6 +138,10 @@ class HorovodBackend:
 
     def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                         max_norm: float) -> float:
+        if self.through_host:
+            average_gradients(model, lambda flat: self.hvd.allreduce(
+                flat.cpu(), op=self.hvd.Average, name="gradients"))
+            return clip_and_step(model, optimizer, max_norm)
         optimizer.synchronize()  # wait for the averaged gradients...
         norm = clip_and_norm(model, max_norm)  # ...so the clip sees the global gradient
         if math.isfinite(norm):
@@ -135,36 +178,25 @@ class TorchDistributedBackend:
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", "29500")
         dist.init_process_group(
-            backend="nccl" if device.type == "cuda" else "gloo",
+            backend=process_group_backend(device),
             init_method="env://", rank=self.rank, world_size=self.size,
             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
         )
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer
                 ) -> torch.optim.Optimizer:
-        for tensor in model.state_dict().values():
+        for tensor in synced_tensors(model, optimizer):
             self.dist.broadcast(tensor, src=0)
-        _materialise_optimizer_state(model, optimizer)
-        for state in optimizer.state.values():
-            for value in state.values():
-                if torch.is_tensor(value):
-                    self.dist.broadcast(value, src=0)
         return optimizer
 
     def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                         max_norm: float) -> float:
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.dist.all_reduce(flat, op=self.dist.ReduceOp.SUM)
-        flat /= self.size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset: offset + g.numel()].view_as(g))
-            offset += g.numel()
-        norm = clip_and_norm(model, max_norm)
-        if math.isfinite(norm):
-            optimizer.step()
-        return norm
+        def allreduce_mean(flat: torch.Tensor) -> torch.Tensor:
+            self.dist.all_reduce(flat, op=self.dist.ReduceOp.SUM)
+            return flat.div_(self.size)
+
+        average_gradients(model, allreduce_mean)
+        return clip_and_step(model, optimizer, max_norm)
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
         tensor = torch.from_numpy(np.asarray(values, dtype=np.float64).copy())
@@ -179,6 +211,21 @@ class TorchDistributedBackend:
     def shutdown(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+
+def reduces_through_host(device: torch.device | None, horovod_cuda_built: bool) -> bool:
+    """Whether Horovod must reduce host copies of a learner's tensors on `device`: a
+    Horovod built without CUDA, as setup.sh builds it (CPU operations: MPI, Gloo), refuses a
+    CUDA tensor ("Requested ReadyEvent with GPU device but not compiled with CUDA",
+    horovod#2478)."""
+    return device is not None and device.type == "cuda" and not horovod_cuda_built
+
+
+def process_group_backend(device: torch.device) -> str:
+    """torch.distributed's backend for a learner on `device`: gloo on the CPU; on a GPU,
+    nccl for the gradients and gloo for the counters, which stay in host memory (an
+    nccl-only group refuses a CPU tensor)."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
 def _materialise_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -199,7 +246,7 @@ def create_backend(name: str, device: torch.device) -> Backend:
     if name == "none" or not launched_by_mpi():
         return SingleLearner()
     if name == "horovod":
-        return HorovodBackend()
+        return HorovodBackend(device)
     if name == "torch":
         return TorchDistributedBackend(device)
     raise ValueError(f"unknown allreduce_backend {name!r}; expected horovod, torch or none")

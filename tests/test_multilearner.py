@@ -8,9 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from impala.distributed import process_group_backend, reduces_through_host
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from tests.helpers import (
     CARTPOLE_FLAGS,
@@ -74,14 +77,63 @@ def test_every_rank_gets_the_variables(tmp_path):
     probe = ("import os, sys; e = os.environ; open(sys.argv[1] + '/rank-' + "
              "e['OMPI_COMM_WORLD_RANK'], 'w').write(f\"{e.get('MASTER_PORT')} "
              "{e.get('CUDA_VISIBLE_DEVICES')!r} {e.get('HOROVOD_CYCLE_TIME')}\")")
-    # Swap the learner program for the probe.
+    subprocess.run(with_program(command, ["-c", probe, str(tmp_path)]), capture_output=True,
+                   text=True, timeout=60, check=True)
+    assert (tmp_path / "rank-0").read_text() == "31999 '7' 5"
+    assert (tmp_path / "rank-1").read_text() == "31999 '' 5"
+
+
+def with_program(command: list[str], program: list[str]) -> list[str]:
+    """An mpirun command line with every rank's learner program (experiment.py and its
+    flags) swapped for `program` (python's arguments)."""
+    command = list(command)
     position = [i for i, word in enumerate(command) if word == "experiment.py"]
     for start_index in reversed(position):
         end = command.index(":", start_index) if ":" in command[start_index:] else len(command)
-        command[start_index:end] = ["-c", probe, str(tmp_path)]
-    subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-    assert (tmp_path / "rank-0").read_text() == "31999 '7' 5"
-    assert (tmp_path / "rank-1").read_text() == "31999 '' 5"
+        command[start_index:end] = program
+    return command
+
+
+def test_a_gpu_learner_reduces_what_its_backend_can_take():
+    """Horovod as setup.sh builds it (no CUDA) gets host copies from a GPU learner; a
+    torch.distributed group on a GPU keeps its host counters on gloo (nccl refuses them)."""
+    import horovod.torch as hvd
+
+    assert not hvd.cuda_built()  # this machine's build, whose GPU learner takes host copies
+    assert reduces_through_host(torch.device("cuda"), horovod_cuda_built=False)
+    assert not reduces_through_host(torch.device("cuda"), horovod_cuda_built=True)
+    assert not reduces_through_host(torch.device("cpu"), horovod_cuda_built=False)
+    assert process_group_backend(torch.device("cuda")) == "cpu:gloo,cuda:nccl"
+    assert process_group_backend(torch.device("cpu")) == "gloo"
+
+
+@pytest.mark.parametrize("mode", ["horovod", "horovod_through_host", "torch"])
+def test_ranks_start_equal_and_step_on_the_mean_gradient(tmp_path, mode):
+    """Two ranks under a real mpirun, different weights and gradients on each: after the
+    start-up broadcast both hold rank 0's weights, and after one update both moved by the
+    mean gradient, bit for bit alike. `horovod_through_host` is the path of a GPU learner
+    whose Horovod was built without CUDA (host copies), run here on host tensors."""
+    learners = [LearnerLaunch("127.0.0.1", port, sys.executable, str(ROOT))
+                for port in (1, 2)]
+    command = mpirun_command(learners, [], MpiOptions(master_port=free_port()))
+    result = subprocess.run(with_program(command, ["-m", "tests.rank_sync", str(tmp_path),
+                                                   mode]),
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    ranks = [dict(np.load(tmp_path / f"rank-{r}.npz")) for r in (0, 1)]
+    assert not np.array_equal(ranks[0]["init.weight"], ranks[1]["init.weight"])
+    assert np.array_equal(ranks[1]["start.weight"], ranks[0]["init.weight"])  # rank 0's
+    for name in ranks[0]:
+        if not name.startswith("init."):
+            assert np.array_equal(ranks[0][name], ranks[1][name]), name
+    # The mean over ranks 0 and 1 of dW = 4 (r + 1) and db = 4 (tests/rank_sync.py).
+    mean_weight_grad, mean_bias_grad = 4 * 1.5, 4.0
+    first = ranks[0]
+    np.testing.assert_allclose(first["end.weight"],
+                               first["start.weight"] - 0.5 * mean_weight_grad, rtol=1e-6)
+    np.testing.assert_allclose(first["end.bias"], first["start.bias"] - 0.5 * mean_bias_grad,
+                               rtol=1e-6)
+    assert np.isclose(first["norm"], np.sqrt(6 * mean_weight_grad**2 + 2 * mean_bias_grad**2))
 
 
 def test_no_root_flag_for_other_users():
