@@ -41,6 +41,9 @@ def greedy_mean_return(tmp_path, flags: list[str], episodes: int) -> float:
 
 
 @pytest.mark.slow
+# Five attempts that each miss take their whole 500K frames (~170 s): more than `make
+# test`'s 900 s per test, which would end the test before its last attempt could pass.
+@pytest.mark.timeout(1500)
 def test_apex_learns_cartpole_with_its_defaults(tmp_path):
     """The apex_classic preset learns CartPole within its 500K frames (in one of five
     attempts): the actors' mean return over 100 episodes (epsilon-greedy, down to
