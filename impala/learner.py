@@ -209,6 +209,10 @@ class Learner:
             if control.stop > 0:
                 if batch is not None:
                     batches.release(batch)
+                if self.counters.frames > interval.start_frames:  # updates since the last row
+                    # Every rank stops on this same update: their last rows match.
+                    self._write_logs(interval, receiver, batches, logs, run_start,
+                                     run_start_frames)
                 return "stopped"
             stats = self.update(batch, self.counters.updates, self.counters.frames,
                                 self.counters.frames + int(control.frames))

@@ -287,6 +287,25 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
         wait_for(lambda pid=pid: not pid_alive(pid), 10, f"actor pid {pid} to exit")
 
 
+def test_a_run_stopped_between_log_rows_still_logs_its_last_updates(tmp_path):
+    """SIGTERM before the first --log_interval_s tick: logs.csv still gets a row for the
+    updates made, at the frames the final checkpoint holds (it had none before: a run cut
+    short by `bench/gpu_session.sh` lost its last minutes of rows)."""
+    proc = start_endless_cartpole(tmp_path, free_port(), "--log_interval_s=3600")
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    try:
+        wait_for(lambda: read_csv(run_dir / "episodes-0.csv") is not None, 60,
+                 "the first episodes")
+    finally:
+        assert stop(proc) == 0
+    logs = read_csv(run_dir / "logs.csv")
+    assert logs is not None and len(logs) == 1
+    saved = re.search(r"checkpoint saved at (\d+) frames",
+                      (run_dir / "learner-0.log").read_text())
+    assert logs["frames"].iloc[-1] == int(saved.group(1)) > 0
+    assert logs["updates"].iloc[-1] > 0 and logs["sps"].iloc[-1] > 0
+
+
 def test_an_actor_that_exits_while_the_run_stops_is_not_started_again(tmp_path, caplog):
     """A signal that reaches the actors as well as the learner (one sent to the whole
     process group, say) makes them exit while the learner still writes its last checkpoint:
