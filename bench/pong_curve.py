@@ -62,9 +62,9 @@ def print_curve(run_dir: Path, rows: int) -> None:
     minutes = running_minutes(logs, logs["time"])  # a resumed run's stop is not counted
     print(f"{common.machine()}\n")
     # The algorithm's own sign of life: IMPALA's policy entropy, a value-based agent's Q.
-    signal = next(name for name in ("entropy", "q_value", "total_loss") if name in logs)
+    vital = next(name for name in ("entropy", "q_value", "total_loss") if name in logs)
     print(f"| frames | wall time (min) | mean return, last {RETURN_WINDOW} episodes | "
-          f"episodes so far | steps/s | {signal} |")
+          f"episodes so far | steps/s | {vital} |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for index in sorted(set(list(range(0, len(logs), max(1, len(logs) // rows)))
                             + [len(logs) - 1])):
@@ -73,7 +73,7 @@ def print_curve(run_dir: Path, rows: int) -> None:
         recent = seen["episode_return"].tail(RETURN_WINDOW)
         mean = f"{recent.mean():.1f}" if len(recent) else "n/a"
         print(f"| {int(row['frames']):,} | {minutes[index]:.1f} | {mean} | "
-              f"{len(seen)} | {row['sps']:,.0f} | {row[signal]:.3f} |")
+              f"{len(seen)} | {row['sps']:,.0f} | {row[vital]:.3f} |")
 
 
 if __name__ == "__main__":
