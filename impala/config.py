@@ -113,6 +113,9 @@ class Config:
     queue_capacity: int = flag(2, "batches the learner may hold ready; beyond it actors are "
                                "pushed back")
     max_message_mb: float = flag(64.0, "largest network message accepted, in MiB")
+    learner_io_threads: int = flag(0, "ZeroMQ I/O threads of a learner's socket, which "
+                                   "encrypt the weights it serves and decrypt the unrolls it "
+                                   "takes (0: one per 8 cores of its host, 1 to 4)")
     auth: str = flag("curve", "curve: CurveZMQ encryption, and a learner admits only holders "
                      "of the run's key file <run_dir>/keys/run.keys; none: anyone who reaches "
                      "a learner's port can feed it and read its weights (trusted networks "
@@ -168,6 +171,8 @@ class Config:
                 yield f"--{name} must be > 0, got {getattr(self, name)}"
         if self.num_actors < 0:
             yield f"--num_actors must be >= 0, got {self.num_actors}"
+        if not 0 <= self.learner_io_threads <= 64:
+            yield f"--learner_io_threads must be in 0..64, got {self.learner_io_threads}"
         if not 0 <= self.actor_nice <= 19:
             yield f"--actor_nice must be in 0..19, got {self.actor_nice}"
         if not 0.0 <= self.discounting <= 1.0:
@@ -275,6 +280,14 @@ def default_actor_count() -> int:
     """Actors that fill this host's cores beside a learner: one per core but two (the
     learner's and the rest of the host's), at least two."""
     return max(2, usable_cores() - 2)
+
+
+def learner_io_threads(flag: int) -> int:
+    """The learner socket's ZeroMQ I/O threads: `flag`, or for 0 one per 8 cores of this
+    host (1 to 4). A learner fed by a host full of actors serves each of them a copy of
+    its weights per unroll set; under CURVE, one I/O thread encrypts ~1 GB/s (sandbox/
+    gpu.md), about what 8-16 actor cores ask for."""
+    return flag or min(4, max(1, usable_cores() // 8))
 
 
 def shared_fields() -> list[dataclasses.Field]:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from impala import auth, checkpoint
-from impala.config import Config, parse_host_port
+from impala.config import Config, learner_io_threads, parse_host_port
 from impala.counters import Control, Counters, IntervalStats, ReturnWindow
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
@@ -152,9 +152,10 @@ class Learner:
         """Bind the socket and start the receiver thread, serving the current weights."""
         cfg = self.cfg
         host, port = parse_host_port(cfg.learner_host)
+        io_threads = learner_io_threads(cfg.learner_io_threads)
         sock = LearnerSocket(host, port, self.largest_frame(),
                              receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
-                             keys=self.keys)
+                             keys=self.keys, io_threads=io_threads)
         replay = self.replay
         stacks_on_device = cfg.stacks_on_device(self.device)
         batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity,
@@ -168,10 +169,11 @@ class Learner:
         receiver.publish(self.counters.updates, finite_weights(self.model), self.counters.frames)
         receiver.start()
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
-                 "T=%d%s)", self.rank, self.backend.size, sock.address, cfg.agent_name,
-                 self.device, cfg.level_name, cfg.algorithm, cfg.preset, cfg.batch_size,
-                 cfg.unroll_length, ", frame stacks gathered on the device"
-                 if self.layout.frame_stack and stacks_on_device else "")
+                 "T=%d%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size, sock.address,
+                 cfg.agent_name, self.device, cfg.level_name, cfg.algorithm, cfg.preset,
+                 cfg.batch_size, cfg.unroll_length, ", frame stacks gathered on the device"
+                 if self.layout.frame_stack and stacks_on_device else "", io_threads,
+                 "" if io_threads == 1 else "s")
         return receiver, batches, sock
 
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:

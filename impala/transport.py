@@ -232,10 +232,13 @@ class LearnerSocket:
     """The learner's ROUTER socket: unrolls and weight requests in, weights out."""
 
     def __init__(self, host: str, port: int, max_frame_bytes: int, receive_hwm: int,
-                 keys: RunKeys | None = None) -> None:
+                 keys: RunKeys | None = None, io_threads: int = 1) -> None:
         """`max_frame_bytes`: ZeroMQ disconnects a peer that sends a bigger frame, before
-        buffering it. `keys`: CURVE encryption, admitting only the run's actors (auth.py)."""
-        self.context = zmq.Context.instance()
+        buffering it. `keys`: CURVE encryption, admitting only the run's actors (auth.py).
+        `io_threads`: ZeroMQ threads that move (and encrypt) the socket's traffic, each
+        actor's connection on one of them (bench/ingest.py measures their load)."""
+        # Its own context: the I/O thread count is fixed when a context starts.
+        self.context = zmq.Context(io_threads=io_threads)
         self.authenticator = auth.start_authenticator(self.context, keys) if keys else None
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.RCVHWM, receive_hwm)
@@ -270,6 +273,7 @@ class LearnerSocket:
         if self.authenticator is not None:
             self.authenticator.stop()
             self.authenticator = None
+        self.context.destroy(linger=0)  # never waits: every socket of it is closed
 
 
 class ActorSocket:

@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 from impala import auth
+from impala.transport import ActorSocket, LearnerSocket
 from tests.helpers import (
     dealer_to,
     free_port,
@@ -132,3 +133,25 @@ def test_auth_none_admits_any_peer(tmp_path):
         wait_for(lambda: last_value(logs, "dropped_messages") == 1, 30, "the drop")
     finally:
         assert stop(proc) == 0
+
+
+def test_a_learner_socket_takes_every_actor_over_its_io_threads(tmp_path):
+    """--learner_io_threads: the socket's own context runs that many ZeroMQ I/O threads,
+    encrypted messages from several actors (each connection on one of them) all arrive,
+    and closing the socket ends the context."""
+    keys = auth.ensure_keys(tmp_path)
+    port = free_port()
+    learner = LearnerSocket("127.0.0.1", port, 1 << 20, 64, keys=keys, io_threads=3)
+    actors = [ActorSocket("127.0.0.1", port, 1 << 20, 4, keys=keys) for _ in range(4)]
+    try:
+        assert learner.context.get(zmq.IO_THREADS) == 3
+        for i, actor in enumerate(actors):
+            assert actor.send([f"from {i}".encode()], timeout_ms=5000)
+        received = [learner.receive(timeout_ms=5000) for _ in actors]
+        assert {bytes(frames[0].buffer) for _, frames in received} == {
+            f"from {i}".encode() for i in range(4)}
+    finally:
+        for actor in actors:
+            actor.close()
+        learner.close()
+    assert learner.context.closed

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from impala.config import Config, default_actor_count
+from impala import config
+from impala.config import Config, default_actor_count, learner_io_threads
 from impala.devices import resolve_device
 from tests.helpers import ROOT
 
@@ -79,3 +80,15 @@ def test_local_runs_start_as_many_actors_as_the_cores_take():
     assert default_actor_count() == max(2, cores - 2)
     assert Config().num_actors == default_actor_count()  # 0, the default, means that
     assert Config(num_actors=5).num_actors == 5
+
+
+@pytest.mark.parametrize("cores,threads", [(1, 1), (2, 1), (15, 1), (16, 2), (32, 4), (96, 4)])
+def test_a_learners_io_threads_grow_with_the_actor_cores_of_its_host(monkeypatch, cores,
+                                                                      threads):
+    """0 (the default): one ZeroMQ I/O thread per 8 cores, 1 to 4: the weights a learner
+    serves to a host full of actors need ~one thread's CURVE per 8-16 actor cores."""
+    monkeypatch.setattr(config, "usable_cores", lambda: cores)
+    assert learner_io_threads(0) == threads
+    assert learner_io_threads(3) == 3  # asked for: as asked
+    with pytest.raises(ValueError, match="--learner_io_threads must be in 0..64, got -1"):
+        Config(learner_io_threads=-1)
