@@ -6,7 +6,7 @@
 # they are installed into /tmp/site first. Everything it prints also goes to $OUT (default
 # bench/results/gpu), with each Pong run's logs.csv, episodes and curve.
 #
-#   bench/gpu_session.sh checks                   # CUDA tests, learner and inference benches (~5 min)
+#   bench/gpu_session.sh checks                   # CUDA tests, learner, inference, ingest benches (~6 min)
 #   bench/gpu_session.sh pong SEED [ALGO] [MIN] [-- FLAGS]   # Pong, the machine's defaults
 #
 # DEVICE=cpu PYTHON=.venv/bin/python runs the same steps on a CPU machine (a dry run); the
@@ -45,6 +45,11 @@ checks() {
     --seconds 10 --profile
   "$PY" bench/inference.py --device="$DEVICE" --batches 8 16 32
   [ "$DEVICE" = cpu ] || "$PY" bench/inference.py --device=cpu --batches 8 16 32
+  # The learner's socket side with as many senders as make train starts actors, weights
+  # served at 100 versions/s: what one I/O thread and the receiver thread can take.
+  local senders=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))
+  "$PY" bench/ingest.py --senders=$senders --seconds=8 --auth curve --publish_hz 0 100 \
+    --io_threads 1 2
 }
 
 pong() {
