@@ -6,7 +6,7 @@
 # they are installed into /tmp/site first. Everything it prints also goes to $OUT (default
 # bench/results/gpu), with each Pong run's logs.csv, episodes and curve.
 #
-#   bench/gpu_session.sh checks                   # CUDA tests, learner, inference, ingest benches (~6 min)
+#   bench/gpu_session.sh checks [quick]           # CUDA tests, learner, inference, ingest benches (~6 min; quick ~2)
 #   bench/gpu_session.sh pong SEED [ALGO] [MIN] [-- FLAGS]   # Pong, the machine's defaults
 #
 # DEVICE=cpu PYTHON=.venv/bin/python runs the same steps on a CPU machine (a dry run); the
@@ -36,20 +36,25 @@ machine() {
 }
 
 checks() {
+  local quick=${1:-}  # "quick": the short form (~2 min), for a session's 15 device minutes
   machine
   # The CUDA-only checks run here: pinned batches, the snapshot copied from the GPU, the
   # gather on the GPU against the CPU's, the learner's device by default.
   "$PY" -m pytest -q -ra -p no:cacheprovider tests/test_device_path.py \
     tests/test_machine_defaults.py || echo "the CUDA checks failed (exit $?): read them first"
-  "$PY" bench/learner.py --algorithms impala apex r2d2 --device="$DEVICE" --threads 1 \
-    --seconds 10 --profile
-  "$PY" bench/inference.py --device="$DEVICE" --batches 8 16 32
-  [ "$DEVICE" = cpu ] || "$PY" bench/inference.py --device=cpu --batches 8 16 32
+  local algorithms="impala apex r2d2" seconds=10 batches="8 16 32" publish="0 100"
+  [ "$quick" = quick ] && algorithms=impala seconds=4 batches="8 32" publish=100
+  "$PY" bench/learner.py --algorithms $algorithms --device="$DEVICE" --threads 1 \
+    --seconds $seconds --profile
+  "$PY" bench/inference.py --device="$DEVICE" --batches $batches
+  [ "$DEVICE" = cpu ] || "$PY" bench/inference.py --device=cpu --batches $batches
   # The learner's socket side with as many senders as make train starts actors, weights
   # served at 100 versions/s: what one I/O thread and the receiver thread can take.
-  local senders=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))
-  "$PY" bench/ingest.py --senders=$senders --seconds=8 --auth curve --publish_hz 0 100 \
-    --io_threads 1 2
+  # The batch holds what a learner on $DEVICE holds: frames on a GPU (--stack_frames=auto).
+  local senders=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 )) stacks=host
+  [ "$DEVICE" = cpu ] || stacks=device
+  "$PY" bench/ingest.py --senders=$senders --seconds=$seconds --auth curve \
+    --publish_hz $publish --io_threads 1 2 --stack_frames $stacks
 }
 
 pong() {
@@ -72,6 +77,6 @@ pong() {
 }
 
 case "${1:-}" in
-  checks) checks 2>&1 | tee "$RESULTS/checks.log" ;;
+  checks) checks "${2:-}" 2>&1 | tee "$RESULTS/checks.log" ;;
   pong) shift; pong "$@" 2>&1 | tee "$RESULTS/pong-${2:-impala}-$1.log" ;;
 esac
