@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import shutil
 import socket
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
@@ -147,6 +149,16 @@ class Publisher(threading.Thread):
             version += 1
 
 
+class Reading(NamedTuple):
+    """The learner side's counters at one moment."""
+
+    time: float
+    unrolls: int
+    unroll_bytes: int
+    weights_loaded: int  # weight versions the senders loaded, all together
+    cpu: dict[str | int, float]  # thread_cpu()
+
+
 def thread_cpu(ids: dict[str, int | None]) -> dict[str | int, float]:
     """CPU seconds so far of this process's threads: those named in `ids` (native ids) by
     name, the others (ZeroMQ's I/O threads, its authenticator, the main thread) by id."""
@@ -175,6 +187,8 @@ def free_port() -> int:
 
 
 def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, object]:
+    """One row: the learner's side serving `setting.senders` sender processes for `seconds`
+    after every sender's unrolls arrived and `warmup` more seconds."""
     cfg = algorithm_config(setting.algorithm, 1, 1000,
                            (f"--stack_frames={setting.stack_frames}",))
     model, layout = agent_and_layout(cfg)
@@ -203,16 +217,19 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
                for i in range(setting.senders)]
     for process in senders:
         process.start()
+    ids = {"receiver": receiver.native_id, "drain": drain.native_id,
+           "publisher": publisher.native_id}
+
+    def reading() -> Reading:
+        return Reading(time.perf_counter(), receiver.unrolls, receiver.unroll_bytes,
+                       sum(loaded), thread_cpu(ids))
+
     try:
-        ids = {"receiver": receiver.native_id, "drain": drain.native_id,
-               "publisher": publisher.native_id}
         wait_for_senders(receiver, setting.senders, senders)
         time.sleep(warmup)
-        before = (time.perf_counter(), receiver.unrolls, receiver.unroll_bytes,
-                  sum(loaded), thread_cpu(ids))
+        before = reading()
         time.sleep(seconds)
-        after = (time.perf_counter(), receiver.unrolls, receiver.unroll_bytes,
-                 sum(loaded), thread_cpu(ids))
+        after = reading()
     finally:
         stop.set()
         for thread in (publisher, drain):
@@ -224,6 +241,8 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
         receiver.stop_event.set()
         receiver.join(timeout=5)
         sock.close()
+        if keys_dir:
+            shutil.rmtree(keys_dir, ignore_errors=True)
     if receiver.error:
         raise RuntimeError(f"the receiver thread failed: {receiver.error}")
     row = row_of(setting, layout, weights, before, after)
@@ -231,14 +250,14 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
     return row
 
 
-def row_of(setting: Setting, layout: UnrollLayout,
-           weights: dict[str, np.ndarray], before: tuple, after: tuple) -> dict[str, object]:
-    wall = after[0] - before[0]
-    steps = (after[1] - before[1]) * (layout.unroll_length + 1 - layout.overlap)
+def row_of(setting: Setting, layout: UnrollLayout, weights: dict[str, np.ndarray],
+           before: Reading, after: Reading) -> dict[str, object]:
+    wall = after.time - before.time
+    steps = (after.unrolls - before.unrolls) * (layout.unroll_length + 1 - layout.overlap)
     if steps == 0:
         raise RuntimeError("no unrolls arrived while measuring: the senders did not start")
     weight_bytes = sum(array.nbytes for array in weights.values())
-    cpu = {name: seconds - before[4].get(name, 0.0) for name, seconds in after[4].items()}
+    cpu = {name: seconds - before.cpu.get(name, 0.0) for name, seconds in after.cpu.items()}
     per_step = {name: 1000.0 * seconds / steps for name, seconds in cpu.items()
                 if isinstance(name, str)}
     # ZeroMQ's threads are the unnamed ones; the busiest bounds the rate (a peer's traffic
@@ -250,8 +269,9 @@ def row_of(setting: Setting, layout: UnrollLayout,
             "envs": setting.envs, "T": layout.unroll_length,
             "stack_frames": setting.stack_frames, "io_threads": setting.io_threads,
             "steps_per_s": steps / wall,
-            "in_MB_per_s": (after[2] - before[2]) / wall / 2**20,
-            "weights_MB_per_s": (after[3] - before[3]) * weight_bytes / wall / 2**20,
+            "in_MB_per_s": (after.unroll_bytes - before.unroll_bytes) / wall / 2**20,
+            "weights_MB_per_s": ((after.weights_loaded - before.weights_loaded) * weight_bytes
+                                 / wall / 2**20),
             "receiver_ms_per_step": per_step["receiver"],
             "zmq_ms_per_step": sum(others),
             "drain_ms_per_step": per_step["drain"],
