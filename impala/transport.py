@@ -237,6 +237,7 @@ class LearnerSocket:
         buffering it. `keys`: CURVE encryption, admitting only the run's actors (auth.py).
         `io_threads`: ZeroMQ threads that move (and encrypt) the socket's traffic, each
         actor's connection on one of them (bench/ingest.py measures their load)."""
+        address = f"tcp://{resolve_ip(host)}:{port}"  # before any thread is started
         # Its own context: the I/O thread count is fixed when a context starts.
         self.context = zmq.Context(io_threads=io_threads)
         self.authenticator = auth.start_authenticator(self.context, keys) if keys else None
@@ -247,7 +248,6 @@ class LearnerSocket:
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
         if keys:
             auth.secure_server(self.socket, keys)
-        address = f"tcp://{resolve_ip(host)}:{port}"
         try:
             self.socket.bind(address)
         except zmq.ZMQError as exc:

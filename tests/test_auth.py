@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import stat
 
+import psutil
 import pytest
 import zmq
 
@@ -155,3 +156,23 @@ def test_a_learner_socket_takes_every_actor_over_its_io_threads(tmp_path):
             actor.close()
         learner.close()
     assert learner.context.closed
+
+
+@pytest.mark.parametrize("host,taken,error", [
+    ("127.0.0.1", True, "learner cannot bind tcp://127.0.0.1:.*in use"),
+    ("no-such-host.invalid", False, "cannot resolve host 'no-such-host.invalid'"),
+])
+def test_a_learner_socket_that_cannot_bind_says_why_and_leaves_no_threads(tmp_path, host,
+                                                                          taken, error):
+    port = free_port()
+    holder = LearnerSocket("127.0.0.1", port, 1 << 20, 64) if taken else None
+    threads = psutil.Process().num_threads()
+    try:
+        with pytest.raises((OSError, ValueError), match=error):
+            LearnerSocket(host, port, 1 << 20, 64, keys=auth.ensure_keys(tmp_path),
+                          io_threads=2)
+        # The failed socket's I/O threads and authenticator ended with it.
+        wait_for(lambda: psutil.Process().num_threads() <= threads, 10, "its threads to end")
+    finally:
+        if holder is not None:
+            holder.close()
