@@ -55,6 +55,10 @@ checks() {
   [ "$DEVICE" = cpu ] || stacks=device
   "$PY" bench/ingest.py --senders=$senders --seconds=$seconds --auth curve \
     --publish_hz $publish --io_threads 1 2 --stack_frames $stacks
+  # Beside a thread of small torch operations (a launch-bound training thread's stand-in):
+  # with cores to spare, its probe_speed is what the receiver's share of Python's lock costs.
+  "$PY" bench/ingest.py --senders=$senders --seconds=$seconds --auth curve --publish_hz 100 \
+    --io_threads 2 --stack_frames $stacks --launch_probe
 }
 
 pong() {

@@ -15,8 +15,9 @@ ways, and the CPU each of the learner's threads spent per agent step: the receiv
 I/O thread (encryption both ways; one per process). 1000 / core-ms is the most agent
 steps/s that thread could serve on this CPU, whatever the senders' speed.
 
-  .venv/bin/python bench/ingest.py [--algorithm=impala] [--senders=2] [--envs=8]
+  .venv/bin/python bench/ingest.py [--algorithms impala] [--senders=2] [--envs=8]
       [--auth curve none] [--publish_hz 0 50] [--io_threads=1] [--seconds=10]
+      [--launch_probe]
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Setting:
     envs: int
     stack_frames: str  # host | device: what the batch holds (stacks or frames)
     io_threads: int
+    launch_probe: bool = False  # a kernel-launching thread's speed beside the receiver
 
 
 def agent_and_layout(cfg: Config) -> tuple[torch.nn.Module, UnrollLayout]:
@@ -130,6 +132,33 @@ class Drain(threading.Thread):
             batch = self.batches.get(timeout=0.1)
             if batch is not None:
                 self.batches.release(batch)
+
+
+class LaunchProbe(threading.Thread):
+    """A stand-in for a GPU learner's training thread, which mostly launches kernels: small
+    torch operations, each holding Python's lock for its Python side and letting go of it
+    for its C++ side, as a CUDA launch does. Its speed beside the receiver, against alone,
+    tells what the receiver's share of the lock costs such a thread (and the probe's, the
+    receiver: steps/s). Clean only where cores are spare: on this 2-core VM the senders
+    take CPU from both."""
+
+    def __init__(self) -> None:
+        super().__init__(name="launch-probe", daemon=True)
+        self.rounds = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        value = torch.ones(1)
+        while not self.stop_event.is_set():
+            for _ in range(100):
+                value = value * 0.5 + 1.0
+            self.rounds += 1
+
+    def rate(self, seconds: float) -> float:
+        """Rounds per second over the next `seconds`."""
+        start, t0 = self.rounds, time.perf_counter()
+        time.sleep(seconds)
+        return (self.rounds - start) / (time.perf_counter() - t0)
 
 
 class Publisher(threading.Thread):
@@ -207,8 +236,10 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
     weights = finite_weights(model)
     receiver.publish(0, weights)
     drain, publisher = Drain(batches), Publisher(receiver, weights, setting.publish_hz)
-    for thread in (receiver, drain, publisher):
+    probe = LaunchProbe() if setting.launch_probe else None
+    for thread in (receiver, drain, publisher, *([probe] if probe else [])):
         thread.start()
+    probe_alone = probe.rate(2.0) if probe else None  # before any sender exists
     spawn = mp.get_context("spawn")
     stop, loaded = spawn.Event(), spawn.Array("l", setting.senders)
     senders = [spawn.Process(target=play_actor, daemon=True,
@@ -218,7 +249,7 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
     for process in senders:
         process.start()
     ids = {"receiver": receiver.native_id, "drain": drain.native_id,
-           "publisher": publisher.native_id}
+           "publisher": publisher.native_id, **({"probe": probe.native_id} if probe else {})}
 
     def reading() -> Reading:
         return Reading(time.perf_counter(), receiver.unrolls, receiver.unroll_bytes,
@@ -228,11 +259,14 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
         wait_for_senders(receiver, setting.senders, senders)
         time.sleep(warmup)
         before = reading()
-        time.sleep(seconds)
+        if probe:
+            probe_beside = probe.rate(seconds)
+        else:
+            time.sleep(seconds)
         after = reading()
     finally:
         stop.set()
-        for thread in (publisher, drain):
+        for thread in (publisher, drain, *([probe] if probe else [])):
             thread.stop_event.set()
         for process in senders:
             process.join(timeout=10)
@@ -247,6 +281,7 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
         raise RuntimeError(f"the receiver thread failed: {receiver.error}")
     row = row_of(setting, layout, weights, before, after)
     row["dropped"] = receiver.drops.total + receiver.stream_restarts  # 0, or it is no measure
+    row["probe_speed"] = probe_beside / probe_alone if probe else None
     return row
 
 
@@ -282,7 +317,7 @@ def row_of(setting: Setting, layout: UnrollLayout, weights: dict[str, np.ndarray
 COLUMNS = ["algorithm", "auth", "publish_hz", "senders", "envs", "T", "stack_frames",
            "io_threads", "steps_per_s", "in_MB_per_s", "weights_MB_per_s",
            "receiver_ms_per_step", "zmq_ms_per_step", "drain_ms_per_step",
-           "receiver_ceiling", "zmq_ceiling", "dropped"]
+           "receiver_ceiling", "zmq_ceiling", "dropped", "probe_speed"]
 
 
 def main() -> None:
@@ -299,6 +334,10 @@ def main() -> None:
                         choices=("host", "device"))
     parser.add_argument("--io_threads", type=int, nargs="+", default=[1])
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--launch_probe", action="store_true",
+                        help="beside the receiver, a thread of small torch operations as a GPU "
+                             "learner's training thread: its speed against alone "
+                             "(probe_speed; clean only where cores are spare)")
     args = parser.parse_args()
     rows = []
     for algorithm in args.algorithms:
@@ -307,7 +346,7 @@ def main() -> None:
                 for stack in args.stack_frames:
                     for io in args.io_threads:
                         setting = Setting(algorithm, auth_mode, hz, args.senders, args.envs,
-                                          stack, io)
+                                          stack, io, args.launch_probe)
                         rows.append(measure(setting, args.seconds))
                         print(", ".join(f"{k}={v:.3g}" if isinstance(v, float) else
                                         f"{k}={v}" for k, v in rows[-1].items()), flush=True)

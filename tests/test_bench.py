@@ -68,15 +68,17 @@ def test_the_gpu_session_script_says_how_to_call_it():
 def test_the_ingest_bench_measures_a_learner_serving_weights_under_curve():
     """bench/ingest.py: one sender playing an actor against the learner's socket, receiver
     and weight serving, CURVE on and new weights 20 times a second; unrolls come in,
-    weights go out, each thread's CPU per step is reported, and nothing is dropped."""
+    weights go out, each thread's CPU per step is reported, nothing is dropped, and the
+    launch probe beside the receiver reports its speed."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "ingest.py"), "--seconds=2", "--senders=1",
-         "--envs=2", "--auth", "curve", "--publish_hz", "20", "--io_threads", "2"],
+         "--envs=2", "--auth", "curve", "--publish_hz", "20", "--io_threads", "2",
+         "--launch_probe"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     line = next(x for x in result.stdout.splitlines() if x.startswith("algorithm=impala"))
     row = dict(cell.split("=") for cell in line.split(", "))
     assert row["auth"] == "curve" and row["io_threads"] == "2" and row["dropped"] == "0"
     for measured in ("steps_per_s", "weights_MB_per_s", "receiver_ms_per_step",
-                     "zmq_ms_per_step"):
+                     "zmq_ms_per_step", "probe_speed"):
         assert float(row[measured]) > 0, measured
