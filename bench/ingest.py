@@ -23,6 +23,7 @@ steps/s that thread could serve on this CPU, whatever the senders' speed.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import shutil
 import socket
@@ -37,15 +38,11 @@ import common  # noqa: F401 - puts the project on sys.path
 import numpy as np
 import psutil
 import torch
-from learner import algorithm_config
+from learner import algorithm_config, learner_objects
 
 from impala import auth
 from impala.actor import SEND_TIMEOUT_MS, WeightsClient
-from impala.config import Config
-from impala.envs import describe_env
-from impala.nets import build_agent
 from impala.receiver import UnrollReceiver
-from impala.registry import build_algorithm
 from impala.rollout import BatchQueue
 from impala.transport import ActorSocket, LearnerSocket
 from impala.unroll import ACTION, FRAMES, LAST_ACTION, UnrollLayout, UnrollWriter
@@ -64,14 +61,6 @@ class Setting:
     stack_frames: str  # host | device: what the batch holds (stacks or frames)
     io_threads: int
     launch_probe: bool = False  # a kernel-launching thread's speed beside the receiver
-
-
-def agent_and_layout(cfg: Config) -> tuple[torch.nn.Module, UnrollLayout]:
-    env_info = describe_env(cfg.env_settings)
-    algorithm = build_algorithm(cfg)
-    model = build_agent(cfg.agent_name, env_info, algorithm)
-    return model, UnrollLayout.for_agent(cfg.unroll_length, env_info, model,
-                                         algorithm.recorded, algorithm.overlap)
 
 
 def random_unrolls(layout: UnrollLayout, envs: int, seed: int) -> UnrollWriter:
@@ -93,7 +82,7 @@ def play_actor(index: int, algorithm: str, envs: int, port: int, keys_dir: str |
     """One sender process: unroll sets and weight requests, as an actor sends them, until
     `stop`; counts[index] = weight versions it loaded."""
     torch.set_num_threads(1)
-    model, layout = agent_and_layout(algorithm_config(algorithm, 1, 1000))
+    _, _, model, layout = learner_objects(algorithm_config(algorithm, 1, 1000))
     keys = auth.load_keys(auth.keys_path(Path(keys_dir))) if keys_dir else None
     sock = ActorSocket("127.0.0.1", port, MAX_BYTES, send_hwm=envs + 1, keys=keys)
     client = WeightsClient(sock, model, MAX_BYTES, f"sender-{index}")
@@ -220,17 +209,16 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
     after every sender's unrolls arrived and `warmup` more seconds."""
     cfg = algorithm_config(setting.algorithm, 1, 1000,
                            (f"--stack_frames={setting.stack_frames}",))
-    model, layout = agent_and_layout(cfg)
+    _, _, model, layout = learner_objects(cfg)
     keys_dir = tempfile.mkdtemp(prefix="ingest-keys-") if setting.auth == "curve" else None
     keys = auth.ensure_keys(Path(keys_dir)) if keys_dir else None
     port = free_port()
     sock = LearnerSocket("127.0.0.1", port, MAX_BYTES,
                          receive_hwm=(cfg.queue_capacity + 1) * cfg.batch_size, keys=keys,
                          io_threads=setting.io_threads)
-    replayed = cfg.replay_ratio > 0
     batches = BatchQueue(layout, cfg.batch_size, cfg.queue_capacity,
-                         extra_columns=int(np.ceil(cfg.replay_ratio * cfg.batch_size)),
-                         keep_stored=replayed,
+                         extra_columns=cfg.max_replayed_per_update,
+                         keep_stored=cfg.replay_schedule.largest > 0,
                          stacks_on_device=setting.stack_frames == "device")
     receiver = UnrollReceiver(sock, layout, batches, MAX_BYTES, name="learner-0")
     weights = finite_weights(model)
@@ -340,16 +328,13 @@ def main() -> None:
                              "(probe_speed; clean only where cores are spare)")
     args = parser.parse_args()
     rows = []
-    for algorithm in args.algorithms:
-        for auth_mode in args.auth:
-            for hz in args.publish_hz:
-                for stack in args.stack_frames:
-                    for io in args.io_threads:
-                        setting = Setting(algorithm, auth_mode, hz, args.senders, args.envs,
-                                          stack, io, args.launch_probe)
-                        rows.append(measure(setting, args.seconds))
-                        print(", ".join(f"{k}={v:.3g}" if isinstance(v, float) else
-                                        f"{k}={v}" for k, v in rows[-1].items()), flush=True)
+    for algorithm, auth_mode, hz, stack, io in itertools.product(
+            args.algorithms, args.auth, args.publish_hz, args.stack_frames, args.io_threads):
+        setting = Setting(algorithm, auth_mode, hz, args.senders, args.envs, stack, io,
+                          args.launch_probe)
+        rows.append(measure(setting, args.seconds))
+        print(", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in rows[-1].items()), flush=True)
     common.report("ingest", rows, COLUMNS)
 
 

@@ -35,7 +35,7 @@ from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.devices import resolve_device
 from impala.distributed import SingleLearner
-from impala.envs import describe_env
+from impala.envs import EnvInfo, describe_env
 from impala.flags import parse_config
 from impala.mixing import UnrollReplay
 from impala.nets import Agent, build_agent, create_agent
@@ -163,6 +163,16 @@ def algorithm_config(algorithm: str, threads: int, replay_size: int,
     return cfg
 
 
+def learner_objects(cfg: Config) -> tuple[EnvInfo, Algorithm, Agent, UnrollLayout]:
+    """The environment, algorithm, agent (on the CPU) and unroll layout a learner with
+    `cfg` builds (impala/learner.py)."""
+    env_info = describe_env(cfg.env_settings)
+    algorithm = build_algorithm(cfg)
+    model = build_agent(cfg.agent_name, env_info, algorithm)
+    return env_info, algorithm, model, UnrollLayout.for_agent(
+        cfg.unroll_length, env_info, model, algorithm.recorded, algorithm.overlap)
+
+
 def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size: int = 1000,
                       flags: tuple[str, ...] = (), device: str = "cpu",
                       phases: PhaseTimes | None = None) -> dict[str, object]:
@@ -172,11 +182,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     torch.set_num_threads(threads)
     keep_freed_memory()
     torch.manual_seed(0)
-    env_info = describe_env(cfg.env_settings)
-    algo = build_algorithm(cfg)
-    model = build_agent(cfg.agent_name, env_info, algo)
-    layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, model, algo.recorded,
-                                    algo.overlap)
+    env_info, algo, model, layout = learner_objects(cfg)
     B, T, ratio = cfg.batch_size, cfg.unroll_length, cfg.replay_ratio
     replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent,
