@@ -58,7 +58,11 @@ def print_curve(run_dir: Path, rows: int) -> None:
         print(f"{run_dir / 'logs.csv'}: no rows yet (the run stopped before its first "
               "--log_interval_s)")
         return
+    # None until an episode ends: a short or slow run (an Ape-X Pong episode on a busy
+    # 2-core VM takes longer than the CI's 0.4-minute cut) still prints its rows.
     episodes = episodes_of(run_dir)
+    if episodes is None:
+        episodes = pd.DataFrame({"frames": [], "episode_return": []})
     minutes = running_minutes(logs, logs["time"])  # a resumed run's stop is not counted
     print(f"{common.machine()}\n")
     # The algorithm's own sign of life: IMPALA's policy entropy, a value-based agent's Q.

@@ -58,6 +58,20 @@ def test_the_gpu_session_script_runs_a_pong_run_and_keeps_its_curve(tmp_path):
     assert "| steps/s | q_value |" in (out / "pong-apex-1.log").read_text()
 
 
+def test_a_run_cut_before_its_first_episode_still_prints_its_curve_rows(tmp_path):
+    """A GPU session's table of a run stopped before any episode ended (a slow machine, a
+    short cut): the rows with no mean yet, not a crash that loses the rest."""
+    columns = "time,frames,sps,q_value\n"
+    (tmp_path / "logs.csv").write_text(columns + "100.0,320,13.0,-0.003\n"
+                                                 "130.0,4480,193.0,-0.011\n")
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, pathlib; sys.path.insert(0, 'bench'); "
+         f"import pong_curve; pong_curve.print_curve(pathlib.Path({str(tmp_path)!r}), 5)"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "| 4,480 | 0.5 | n/a | 0 | 193 | -0.011 |" in result.stdout
+
+
 def test_the_gpu_session_script_says_how_to_call_it():
     result = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh"), "pong"],
                             capture_output=True, text=True, timeout=30)
