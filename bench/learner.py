@@ -111,6 +111,7 @@ def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch
     a profile of where the training thread's time goes."""
     on = resolve_device(device)
     model.to(on)
+    model.channels_last = cfg.uses_channels_last(on, model, training=True)  # as the learner
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
                           epsilon=cfg.epsilon)
     run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,

@@ -149,6 +149,8 @@ class Actor:
         # the CPU (environments, the unroll, the wire).
         self.device = resolve_device(cfg.actor_device, flag="--actor_device")
         self.model = build_agent(cfg.agent_name, info, algorithm).to(self.device)
+        self.model.channels_last = cfg.uses_channels_last(self.device, self.model,
+                                                          training=False)
         self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
                                              algorithm.recorded, algorithm.overlap)

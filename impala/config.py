@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor g
     import torch
 
     from impala.envs import EnvSettings
+    from impala.nets import Agent
 
 @dataclass(frozen=True)
 class Config:
@@ -130,6 +131,10 @@ class Config:
                              "carries the frames; the stacks are gathered where the update "
                              "runs, a GPU's copy 3.5x smaller) or auto (device on a GPU)",
                              ("auto", "host", "device"))
+    channels_last: str = flag("auto", "memory layout of a convolutional torso's activations: "
+                              "on (channels last: oneDNN's fast convolutions on a CPU), off, "
+                              "or auto (on where measured faster: a CPU learner, and a CPU "
+                              "actor's ResNet torso)", ("auto", "on", "off"))
     learner_threads: int = flag(2, "torch threads of the learner")
     actor_nice: int = flag(10, "scheduling niceness of actor processes (0-19): where actors "
                            "share a host with a learner, the learner gets the CPU first")
@@ -264,6 +269,17 @@ class Config:
         """Whether a learner on `device` gathers frame stacks there (`--stack_frames`)."""
         return self.stack_frames == "device" or (self.stack_frames == "auto"
                                                   and device.type == "cuda")
+
+    def uses_channels_last(self, device: torch.device, agent: Agent, training: bool) -> bool:
+        """Whether `agent` on `device` runs its convolutions on channels-last activations
+        (`--channels_last`); `training`: for a learner, else for acting."""
+        if agent.channels_last_pays is None:  # no convolutions
+            return False
+        if self.channels_last != "auto":
+            return self.channels_last == "on"
+        # Measured on a CPU only (sandbox/speed.md, "Channels-last"); a GPU keeps the default
+        # layout until measured there.
+        return device.type == "cpu" and agent.channels_last_pays[0 if training else 1]
 
     def to_dict(self) -> dict[str, Any]:
         """Every flag, the algorithm's own among them, by name."""

@@ -28,6 +28,7 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
     env.close()
     checkpoint.restore_model(model, state, path, algorithm.old_head_names)
     model.eval()
+    model.channels_last = cfg.uses_channels_last(torch.device("cpu"), model, training=False)
     log.info("loaded %s (%d frames of training)", path, state["counters"]["frames"])
     return model, run_dir
 

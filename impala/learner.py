@@ -62,6 +62,7 @@ class Learner:
         env_info = describe_env(cfg.env_settings)
         self.algorithm = build_algorithm(cfg)
         self.model = build_agent(cfg.agent_name, env_info, self.algorithm).to(self.device)
+        self.model.channels_last = cfg.uses_channels_last(self.device, self.model, training=True)
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model,
                                              self.algorithm.recorded, self.algorithm.overlap)
         # Fresh frames this learner consumes per update (agent steps x action repeat): an
@@ -169,10 +170,12 @@ class Learner:
         receiver.publish(self.counters.updates, finite_weights(self.model), self.counters.frames)
         receiver.start()
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
-                 "T=%d%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size, sock.address,
-                 cfg.agent_name, self.device, cfg.level_name, cfg.algorithm, cfg.preset,
-                 cfg.batch_size, cfg.unroll_length, ", frame stacks gathered on the device"
-                 if self.layout.frame_stack and stacks_on_device else "", io_threads,
+                 "T=%d%s%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size,
+                 sock.address, cfg.agent_name, self.device, cfg.level_name, cfg.algorithm,
+                 cfg.preset, cfg.batch_size, cfg.unroll_length,
+                 ", frame stacks gathered on the device"
+                 if self.layout.frame_stack and stacks_on_device else "",
+                 ", channels-last activations" if self.model.channels_last else "", io_threads,
                  "" if io_threads == 1 else "s")
         return receiver, batches, sock
 

@@ -12,8 +12,11 @@ import pytest
 import torch
 
 from impala import config
+from impala.algorithms.impala import Impala
 from impala.config import Config, default_actor_count, learner_io_threads
 from impala.devices import resolve_device
+from impala.flags import parse_config
+from impala.nets import create_agent
 from tests.helpers import ROOT
 
 SETUP = ROOT / "scripts" / "setup.sh"
@@ -73,6 +76,30 @@ def test_each_rank_on_a_host_takes_its_own_gpu():
     count = torch.cuda.device_count()
     assert [str(resolve_device("cuda", rank)) for rank in range(count + 1)] == [
         *(f"cuda:{i}" for i in range(count)), "cuda:0"]
+
+
+def test_channels_last_is_chosen_where_it_was_measured_faster(capsys):
+    """auto: on for a CPU learner's convolutions, and for a CPU actor only with the ResNet
+    torso (Nature's is ~10% slower at an actor's batch); a GPU keeps the default layout
+    until measured; on/off win; an agent without convolutions never."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    auto, on, off = (Config(channels_last=c) for c in ("auto", "on", "off"))
+    nature, resnet, mlp = (create_agent(n, (4, 84, 84) if n != "MLPAgent" else (4,), 6,
+                                        Impala.heads)
+                           for n in ("SimpleConvNetLSTMAgent", "ResNetAgent", "MLPAgent"))
+    chosen = {(agent_name, training): auto.uses_channels_last(cpu, agent, training)
+              for agent_name, agent in (("nature", nature), ("resnet", resnet), ("mlp", mlp))
+              for training in (True, False)}
+    assert chosen == {("nature", True): True, ("nature", False): False,
+                      ("resnet", True): True, ("resnet", False): True,
+                      ("mlp", True): False, ("mlp", False): False}
+    assert not auto.uses_channels_last(gpu, resnet, training=True)
+    assert on.uses_channels_last(gpu, nature, training=False)
+    assert not off.uses_channels_last(cpu, resnet, training=True)
+    assert not on.uses_channels_last(cpu, mlp, training=True)
+    with pytest.raises(SystemExit):
+        parse_config(["--channels_last=yes"])
+    assert "--channels_last: invalid choice: 'yes'" in capsys.readouterr().err
 
 
 def test_local_runs_start_as_many_actors_as_the_cores_take():

@@ -203,3 +203,33 @@ def test_a_state_dict_from_before_named_heads_loads_under_the_algorithms_names()
 def test_an_agent_needs_a_head():
     with pytest.raises(ValueError, match="at least one head"):
         nets.create_agent("MLPAgent", (4,), 2, ())
+
+
+@pytest.mark.parametrize("name", ["SimpleConvNetAgent", "ResNetAgent", "SimpleConvNetLSTMAgent"])
+def test_channels_last_activations_change_no_output_or_gradient_and_no_parameters_layout(name):
+    """The learner's default on a CPU: equal heads and gradients (to float rounding), and
+    parameters and gradients in their own layout, so Horovod (which refuses tensors that
+    are not contiguous), checkpoints and the wire see what they did."""
+    T, B = 3, 4
+    torch.manual_seed(0)
+    agent = nets.create_agent(name, ATARI, 6, HEADS)
+    batch = inputs(T, B, ATARI)
+    first_conv = next(m for m in agent.modules() if isinstance(m, nn.Conv2d))
+    layouts = []
+    first_conv.register_forward_pre_hook(lambda _, args: layouts.append(
+        args[0].is_contiguous(memory_format=torch.channels_last)))
+    results = []
+    for channels_last in (False, True):
+        agent.zero_grad()
+        agent.channels_last = channels_last
+        output, _ = agent(*batch, agent.initial_state(B))
+        (output.heads["logits"].pow(2).sum() + output.heads["value"].sum()).backward()
+        results.append((output, {n: p.grad.clone() for n, p in agent.named_parameters()}))
+        assert all(p.is_contiguous() and p.grad.is_contiguous() for p in agent.parameters())
+    assert layouts == [False, True]  # the convolutions saw the layout asked for
+    (plain, plain_grads), (last, last_grads) = results
+    for head in HEADS:
+        torch.testing.assert_close(last.heads[head.name], plain.heads[head.name],
+                                   rtol=1e-4, atol=1e-5)
+    for param_name, grad in plain_grads.items():
+        torch.testing.assert_close(last_grads[param_name], grad, rtol=1e-3, atol=1e-5)
