@@ -46,7 +46,12 @@ checks() {
   [ "$quick" = quick ] && algorithms=impala seconds=4 batches="8 32" publish=100
   "$PY" bench/learner.py --algorithms $algorithms --device="$DEVICE" --threads 1 \
     --seconds $seconds --profile
-  "$PY" bench/inference.py --device="$DEVICE" --batches $batches
+  # The other memory layout than the device's default (channels-last: on for a CPU, off for
+  # a GPU until measured there), for the learner and for an actor.
+  local other=on; [ "$DEVICE" = cpu ] && other=off
+  "$PY" bench/learner.py --algorithms impala --device="$DEVICE" --threads 1 \
+    --seconds $seconds --flags=--channels_last=$other
+  "$PY" bench/inference.py --device="$DEVICE" --batches $batches --channels_last auto $other
   [ "$DEVICE" = cpu ] || "$PY" bench/inference.py --device=cpu --batches $batches
   # The learner's socket side with as many senders as make train starts actors, weights
   # served at 100 versions/s: what one I/O thread and the receiver thread can take.

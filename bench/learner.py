@@ -197,7 +197,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     trained = fresh * (1 + ratio)
     return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,
             "overlap": algo.overlap, "threads": threads, "replay_ratio": ratio,
-            "updates": updates, "device": device,
+            "updates": updates, "device": device, "channels_last": model.channels_last,
             "updates_per_s": updates / wall, "samples_per_s": trained / wall,
             "fresh_per_s": fresh / wall, "frames_per_s": fresh * env_info.frames_per_step / wall,
             "core_ms_per_sample": 1000.0 * cpu / trained}
@@ -253,8 +253,8 @@ def main() -> None:
             common.report("learner_profile", profile, [
                 "algorithm", "threads", "device", "phase", "ms_per_update", "share"])
         common.report("learner_algorithms", rows, [
-            "algorithm", "agent", "T", "B", "overlap", "threads", "device", "replay_ratio",
-            "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",
+            "algorithm", "agent", "T", "B", "overlap", "threads", "device", "channels_last",
+            "replay_ratio", "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",
             "core_ms_per_sample"])
         return
     rows = []
