@@ -51,6 +51,7 @@ def worker(args) -> None:
     T, B = (int(x) for x in args.shape.split("x"))
     cfg = parse_config(["--preset=none"])
     model = create_agent(args.agent_name, ATARI, ACTIONS, Impala.heads)
+    model.channels_last = cfg.uses_channels_last(torch.device("cpu"), model, training=True)
     optimizer = backend.prepare(model, RMSpropTF(model.parameters(), lr=cfg.learning_rate))
     layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
                           recorded=Impala.recorded, frame_stack=ATARI[0])
