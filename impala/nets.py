@@ -41,9 +41,8 @@ class Agent(nn.Module):
     on its output plus (with `action_reward_inputs`) the one-hot last action and the
     clipped reward."""
 
-    # Whether channels-last activations make a convolutional torso faster on a CPU, when
-    # training (a learner's batch of hundreds) and when acting (an actor's batch of 8-32);
-    # None: no convolutions. Measured: sandbox/speed.md ("Channels-last").
+    # Whether channels-last activations speed the torso up on a CPU (training, acting);
+    # None: no convolutions. Measured: sandbox/speed.md, "Channels-last activations".
     channels_last_pays: tuple[bool, bool] | None = None
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
@@ -95,9 +94,7 @@ class Agent(nn.Module):
             )
         T, B = observation.shape[:2]
         x = observation.flatten(0, 1)
-        if self.channels_last:
-            # oneDNN's fast convolutions on a CPU. Only the activations change layout: the
-            # parameters keep theirs, so Horovod, checkpoints and the wire see the same.
+        if self.channels_last:  # the input only: parameters stay contiguous, as Horovod needs
             x = x.contiguous(memory_format=torch.channels_last)
         # uint8 frames are scaled here so actors and the wire can stay in uint8. In place:
         # one float copy instead of two (the profile put 14% of an update here).
@@ -320,14 +317,9 @@ def _flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
         return int(module(torch.zeros(1, *observation_shape)).shape[-1])
 
 
-AGENTS: dict[str, type[Agent]] = {
-    "SimpleConvNetAgent": SimpleConvNetAgent,
-    "ResNetAgent": ResNetAgent,
-    "ResNetLSTMAgent": ResNetLSTMAgent,
-    "SimpleConvNetLSTMAgent": SimpleConvNetLSTMAgent,
-    "MLPAgent": MLPAgent,
-    "MLPLSTMAgent": MLPLSTMAgent,
-}
+AGENTS: dict[str, type[Agent]] = {cls.__name__: cls for cls in (
+    SimpleConvNetAgent, ResNetAgent, ResNetLSTMAgent, SimpleConvNetLSTMAgent, MLPAgent,
+    MLPLSTMAgent)}
 
 
 def agent_class(name: str) -> type[Agent]:
@@ -336,9 +328,8 @@ def agent_class(name: str) -> type[Agent]:
     try:
         return by_lower[name.lower()]
     except KeyError:
-        raise ValueError(
-            f"unknown agent_name {name!r}; valid names: {', '.join(AGENTS)}"
-        ) from None
+        raise ValueError(f"unknown agent_name {name!r}; valid names: {', '.join(AGENTS)}"
+                         ) from None
 
 
 def create_agent(name: str, observation_shape: tuple[int, ...], num_actions: int,
