@@ -277,8 +277,8 @@ class Config:
             return False
         if self.channels_last != "auto":
             return self.channels_last == "on"
-        # Measured on a CPU only (sandbox/speed.md, "Channels-last"); a GPU keeps the default
-        # layout until measured there.
+        # Measured on a CPU only (sandbox/speed.md, "Channels-last activations"); a GPU keeps the
+        # default layout until measured there.
         return device.type == "cpu" and agent.channels_last_pays[0 if training else 1]
 
     def to_dict(self) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def test_each_rank_on_a_host_takes_its_own_gpu():
 
 def test_channels_last_is_chosen_where_it_was_measured_faster(capsys):
     """auto: on for a CPU learner's convolutions, and for a CPU actor only with the ResNet
-    torso (Nature's is ~10% slower at an actor's batch); a GPU keeps the default layout
+    torso (Nature's is level or slower at an actor's batch); a GPU keeps the default layout
     until measured; on/off win; an agent without convolutions never."""
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     auto, on, off = (Config(channels_last=c) for c in ("auto", "on", "off"))
