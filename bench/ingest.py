@@ -225,7 +225,8 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
     receiver.publish(0, weights)
     drain, publisher = Drain(batches), Publisher(receiver, weights, setting.publish_hz)
     probe = LaunchProbe() if setting.launch_probe else None
-    for thread in (receiver, drain, publisher, *([probe] if probe else [])):
+    stoppable = [drain, publisher, *([probe] if probe else [])]  # the receiver: after senders
+    for thread in (receiver, *stoppable):
         thread.start()
     probe_alone = probe.rate(2.0) if probe else None  # before any sender exists
     spawn = mp.get_context("spawn")
@@ -254,7 +255,7 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
         after = reading()
     finally:
         stop.set()
-        for thread in (publisher, drain, *([probe] if probe else [])):
+        for thread in stoppable:
             thread.stop_event.set()
         for process in senders:
             process.join(timeout=10)
