@@ -5,6 +5,7 @@ tests that need a GPU skip, saying so, where torch sees none."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,11 +33,15 @@ def torch_build(tmp_path: Path, nvidia_smi: str | None, **env: str) -> str:
     if nvidia_smi is not None:
         fake.write_text("#!/bin/sh\n" + nvidia_smi)
         fake.chmod(0o755)
-    # A PATH with the fake first and the basic tools, but no real nvidia-smi.
-    path = f"{bin_dir}:/usr/bin:/bin"
-    result = subprocess.run(["bash", str(SETUP), "--torch-build"], capture_output=True,
-                            text=True, timeout=30, check=True,
-                            env={"PATH": path, "HOME": str(tmp_path), **env})
+    # A PATH of the fake and the tools the choice uses, and nothing else: on a GPU machine
+    # /usr/bin holds the real nvidia-smi, which would answer for the "no nvidia-smi" case.
+    for tool in ("dirname", "grep"):
+        link = bin_dir / tool
+        if not link.exists():
+            link.symlink_to(shutil.which(tool))
+    result = subprocess.run([shutil.which("bash"), str(SETUP), "--torch-build"],
+                            capture_output=True, text=True, timeout=30, check=True,
+                            env={"PATH": str(bin_dir), "HOME": str(tmp_path), **env})
     return result.stdout.strip()
 
 
