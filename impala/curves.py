@@ -76,10 +76,29 @@ def running_return(episodes: pd.DataFrame) -> pd.Series:
 def running_minutes(logs: pd.DataFrame, times: pd.Series) -> np.ndarray:
     """Minutes the run had been training at each of `times` (seconds since the epoch).
 
-    A resumed run's logs.csv spans the time it was stopped too; each silence between two log
-    rows longer than STOPPED_GAP_S is left out. A time inside such a silence (an episode
-    written just before the stop or just after the resume) counts as the row before it.
+    Rows carry the seconds each covers (`interval_s`), since the row before or since the
+    learner (re)started, so a row ends at the sum of the spans up to it: the first row's
+    span counts and a stop between two rows does not. A time between two rows' spans (an
+    episode written just before a stop or just after a resume) counts as the row before it.
+    Logs from before `interval_s` was written fall back to `_minutes_from_gaps`.
     """
+    spans = logs["interval_s"].to_numpy(dtype=float) if "interval_s" in logs else None
+    if spans is None or len(spans) == 0 or np.isnan(spans).any():
+        return _minutes_from_gaps(logs, times)
+    log_times = logs["time"].to_numpy(dtype=float)
+    at = times.to_numpy(dtype=float)
+    row_end = np.cumsum(spans) / 60  # [rows]
+    index = np.searchsorted(log_times, at).clip(0, len(log_times) - 1)  # the row ending next
+    minutes = row_end[index] - (log_times[index] - at) / 60
+    minutes = np.maximum(minutes, np.where(index > 0, row_end[index - 1], 0.0))
+    after_last = at > log_times[-1]
+    minutes[after_last] = row_end[-1] + (at[after_last] - log_times[-1]) / 60
+    return minutes
+
+
+def _minutes_from_gaps(logs: pd.DataFrame, times: pd.Series) -> np.ndarray:
+    """`running_minutes` for logs without `interval_s`: time from the first row, less each
+    silence between two rows longer than STOPPED_GAP_S (the first row's span is unknown)."""
     log_times = logs["time"].to_numpy(dtype=float)
     at = times.to_numpy(dtype=float)
     gaps = np.diff(log_times)

@@ -328,6 +328,7 @@ class Learner:
             "time": now, "frames": self.counters.frames,
             "sps": (self.counters.frames - interval.start_frames)
             / self.frames_per_step / elapsed,
+            "interval_s": elapsed,
             "updates": self.counters.updates, "episodes": episodes,
             "mean_episode_return": interval.return_sum / episodes if episodes else None,
             "mean_episode_length": interval.length_sum / episodes if episodes else None,

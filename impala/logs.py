@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from impala.algorithm import StatusItem
     from impala.unroll_reader import EpisodeStats
 
-# logs.csv: these, then the algorithm's own scalars (Algorithm.log_scalars).
+# logs.csv: these, then the algorithm's own scalars (Algorithm.log_scalars). `interval_s`: the
+# seconds a row covers, since the row before or since training (re)started, so the sum is the
+# time trained; the first row's span counts, and a stop between two rows does not.
 LOG_COLUMNS = [
-    "time", "frames", "sps", "updates", "episodes", "mean_episode_return",
+    "time", "frames", "sps", "interval_s", "updates", "episodes", "mean_episode_return",
     "mean_episode_length", "total_loss", "grad_norm", "learning_rate", "policy_lag",
     "queue_depth", "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
     "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",

@@ -64,6 +64,19 @@ def test_the_time_a_run_was_stopped_is_not_counted_as_training():
     assert np.all(np.abs(running_minutes(logs, episodes) - minutes[59]) < 0.2)
 
 
+def test_the_spans_rows_carry_count_the_first_row_and_leave_out_a_stop():
+    """Rows with `interval_s`: the first row came 10 s after the start (on a GPU machine Pong
+    makes 150K frames before it), and a 2-hour stop falls between two rows."""
+    before = [1010.0 + 10 * i for i in range(6)]  # trained from 1000 s to 1060 s
+    after = [before[-1] + 7200 + 10 * i for i in range(1, 4)]  # resumed, 30 s more
+    logs = pd.DataFrame({"time": before + after, "interval_s": [10.0] * 9})
+    minutes = running_minutes(logs, logs["time"])
+    assert minutes == pytest.approx([(10 + 10 * i) / 60 for i in range(9)])
+    # An episode 4 s into training, one written during the stop, one 5 s after the resume.
+    episodes = pd.Series([1004.0, before[-1] + 60, after[0] - 5])
+    assert running_minutes(logs, episodes) == pytest.approx([4 / 60, 1.0, 65 / 60])
+
+
 def test_rows_as_far_apart_as_the_log_interval_asks_are_not_stops():
     logs = pd.DataFrame({"time": [1000.0 + 600 * i for i in range(10)]})  # --log_interval_s=600
     assert running_minutes(logs, logs["time"])[-1] == pytest.approx(90)

@@ -365,6 +365,10 @@ def test_learner_killed_and_restarted_resumes_and_actors_reconnect(tmp_path):
         stop(actor)
     logs = read_csv(run_dir / "logs.csv")
     assert logs["frames"].is_monotonic_increasing or logs["frames"].iloc[-1] > int(resumed[0])
+    # Each row's span is the time it trained: the >= 2 s the learner was down is not in them.
+    spans = logs["interval_s"]
+    assert (spans > 0).all()
+    assert spans.sum() + 2 <= logs["time"].iloc[-1] - logs["time"].iloc[0] + spans.iloc[0]
 
 
 def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
