@@ -72,13 +72,28 @@ pong() {
   [ "${1:-}" = "--" ] && shift
   machine
   local logdir=${RUNS:-/tmp/gpu_session}
+  local run_dir=$logdir/pong-$algorithm-$seed
+  # Mid-run, each thread's share of a core: the learner's (is its training thread the
+  # bound, or waiting for the CPU and Python's lock?) and one actor's. Into the log, since a
+  # call brings back at most 8 files.
+  local delay seconds
+  delay=$(awk -v m="$minutes" 'BEGIN { d = m * 60 * 0.4; print (d > 60 ? 60 : d) }')
+  seconds=$(awk -v m="$minutes" 'BEGIN { d = m * 60 * 0.2; print (d > 10 ? 10 : d) }')
+  ( sleep "$delay"
+    for label in "rank 0" "started actor 0"; do
+      ( table=$("$PY" bench/threads.py --pid_from "$run_dir/learner-0.log" --label "$label" \
+          --seconds "$seconds" 2>&1) || true
+        printf '%s: %s\n' "$label" "$table" ) &  # in one write, not between the run's lines
+    done
+    wait ) &
+  local sampler=$!
   # --num_actors=0 and --num_envs as the machine's defaults (pong_curve.py pins the 2-core
   # split otherwise); the learner says what it chose. A row every 10 s: the goal is minutes.
   "$PY" bench/pong_curve.py --minutes="$minutes" --logdir=$logdir \
     --run_name="pong-$algorithm-$seed" -- --num_actors=0 --algorithm="$algorithm" \
     --learner_device="$DEVICE" --seed="$seed" --target_return=18 \
     --target_return_episodes=30 --log_interval_s=10 "$@"
-  local run_dir=$logdir/pong-$algorithm-$seed
+  wait "$sampler" || true
   grep -E "actors|device|stack|reached|done" "$run_dir/learner-0.log" | head -20 || true
   for name in logs.csv episodes-0.csv curve.png; do
     if [ -f "$run_dir/$name" ]; then cp "$run_dir/$name" "$RESULTS/$algorithm-$seed-$name"; fi

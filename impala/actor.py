@@ -21,7 +21,7 @@ from impala.config import Config, parse_host_port
 from impala.devices import resolve_device
 from impala.envs import create_env, env_info
 from impala.nets import Agent, AgentOutput, build_agent
-from impala.process import PARENT_PID_VARIABLE, lower_priority
+from impala.process import PARENT_PID_VARIABLE, lower_priority, name_os_thread
 from impala.registry import build_algorithm
 from impala.transport import ActorSocket, WireError, decode, encode
 from impala.unroll import EnvStep, UnrollLayout, UnrollWriter
@@ -44,6 +44,7 @@ class OrphanWatch(threading.Thread):
         self.parent_pid = int(parent) if parent.isdigit() else None
 
     def run(self) -> None:
+        name_os_thread()
         if self.parent_pid is None:
             return
         while not self.stop.wait(1.0):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from impala.config import Config, usable_cores
 from impala.presets import to_argv
-from impala.process import PARENT_PID_VARIABLE
+from impala.process import PARENT_PID_VARIABLE, name_os_thread
 
 log = logging.getLogger("local")
 
@@ -58,6 +58,7 @@ class ActorSupervisor(threading.Thread):
                  self.run_dir / f"actor-{task}.log")
 
     def run(self) -> None:
+        name_os_thread()
         log.info("starting %d actors of %d environments each, actors on %s (%d cores here)",
                  self.cfg.num_actors, self.cfg.num_envs, self.cfg.actor_device,
                  usable_cores())

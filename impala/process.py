@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from pathlib import Path
 
 # Set by impala.local for the actors it supervises, read by the actor's orphan watch.
@@ -34,6 +35,21 @@ def lower_priority(niceness: int) -> None:
             Path("/proc/self/autogroup").write_text(str(niceness))
         except OSError:
             pass  # not Linux, or no autogroups: plain niceness is all there is
+
+
+PR_SET_NAME = 15  # prctl(2): the calling thread's name, 15 bytes and a NUL
+
+
+def name_os_thread() -> None:
+    """Give the calling thread its Python name in the OS too, so that `top -H` and
+    bench/threads.py tell a learner's receiver from its publisher (the main thread keeps
+    the process's name, which tools that find processes by name rely on). A no-op where
+    there is no prctl."""
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):  # not Linux
+        return
+    prctl(PR_SET_NAME, threading.current_thread().name.encode()[:15], 0, 0, 0)
 
 
 # mallopt(3) options (glibc's malloc.h).

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from impala.process import name_os_thread
 from impala.weights import refuse_non_finite
 
 log = logging.getLogger("learner")
@@ -59,7 +60,7 @@ class WeightPublisher(threading.Thread):
     and the next `submit` (or `raise_if_failed`) raises FloatingPointError."""
 
     def __init__(self, publish: Publish) -> None:
-        super().__init__(name="weight-publisher", daemon=True)
+        super().__init__(name="publisher", daemon=True)
         self.publish = publish
         self.waiting: queue.Queue[Snapshot | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
@@ -94,6 +95,7 @@ class WeightPublisher(threading.Thread):
                     return
 
     def run(self) -> None:
+        name_os_thread()
         try:
             while (snapshot := self.waiting.get()) is not None:
                 self._publish(snapshot)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from impala.framestack import StreamGap
+from impala.process import name_os_thread
 from impala.rollout import BatchQueue
 from impala.transport import (
     DropLog,
@@ -73,6 +74,7 @@ class UnrollReceiver(threading.Thread):
     def run(self) -> None:
         """Serve until stopped. A message that fails in any way is a counted drop; if the
         loop itself fails (the socket, a bug), `error` says why and the learner exits."""
+        name_os_thread()
         try:
             while not self.stop_event.is_set():
                 received = self.sock.receive(timeout_ms=100)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import subprocess
 import sys
@@ -56,6 +57,21 @@ def test_the_gpu_session_script_runs_a_pong_run_and_keeps_its_curve(tmp_path):
     assert "| steps/s | q_value |" in result.stdout
     assert (out / "apex-1-logs.csv").exists() and (out / "apex-1-episodes-0.csv").exists()
     assert "| steps/s | q_value |" in (out / "pong-apex-1.log").read_text()
+    # Mid-run, each thread's share of a core, by name: the learner's receiver and publisher,
+    # ZeroMQ's I/O thread, and an actor's orphan watch.
+    learner, actor = (thread_table(result.stdout, label) for label in ("rank 0", "started actor 0"))
+    for thread in ("| main (", "| unroll-receiver |", "| publisher |", "| ZMQbg/IO/0 |"):
+        assert thread in learner, result.stdout[-3000:]
+    assert "| main (" in actor, result.stdout[-3000:]
+
+
+def thread_table(output: str, label: str) -> str:
+    """The rows bench/threads.py printed after `label: process ...` (the two samples run at
+    once, so either may come first)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{label}: process "))
+    rows = itertools.takewhile(lambda line: line.startswith("|"), lines[start + 1:])
+    return "\n".join(rows)
 
 
 def test_a_run_cut_before_its_first_episode_still_prints_its_curve_rows(tmp_path):
