@@ -55,18 +55,27 @@ class RMSpropTF(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["mean_square"] = torch.ones_like(param)
-                    state["momentum"] = torch.zeros_like(param)
-                grad = param.grad
-                mean_square = state["mean_square"]
-                mean_square.mul_(group["decay"]).addcmul_(grad, grad, value=1 - group["decay"])
-                update = grad / (mean_square + group["epsilon"]).sqrt_()
-                momentum = state["momentum"]
-                momentum.mul_(group["momentum"]).add_(update, alpha=group["lr"])
-                param.sub_(momentum)
+            params = [param for param in group["params"] if param.grad is not None]
+            if params:
+                self._step_group(params, group)
         return loss
+
+    def _step_group(self, params: list[torch.Tensor], group: dict) -> None:
+        """The update for every parameter of a group at once: each `_foreach_` call is one
+        operation over all of them (one kernel launch per few tensors on a GPU) where a loop
+        per parameter made ~8 per parameter, ~100 per Pong update."""
+        for param in params:
+            if not self.state[param]:
+                self.state[param]["mean_square"] = torch.ones_like(param)
+                self.state[param]["momentum"] = torch.zeros_like(param)
+        grads = [param.grad for param in params]
+        mean_squares = [self.state[param]["mean_square"] for param in params]
+        momenta = [self.state[param]["momentum"] for param in params]
+        torch._foreach_mul_(mean_squares, group["decay"])
+        torch._foreach_addcmul_(mean_squares, grads, grads, value=1 - group["decay"])
+        roots = torch._foreach_add(mean_squares, group["epsilon"])
+        torch._foreach_sqrt_(roots)
+        updates = torch._foreach_div(grads, roots)
+        torch._foreach_mul_(momenta, group["momentum"])
+        torch._foreach_add_(momenta, updates, alpha=group["lr"])
+        torch._foreach_sub_(params, momenta)

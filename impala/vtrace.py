@@ -60,7 +60,7 @@ def from_importance_weights(
       clip_rho_threshold: rho-bar; None disables clipping.
       clip_pg_rho_threshold: rho-bar used in the policy-gradient advantage; None disables.
 
-    Uses the backward recursion
+    Solves the backward recursion (in closed form, `_discounted_sums`)
       v_s - V(x_s) = delta_s + gamma_s * c_s * (v_{s+1} - V(x_{s+1})),
       delta_s = rho_s * (r_s + gamma_s * V(x_{s+1}) - V(x_s)),  c_s = min(1, rho_s).
     """
@@ -86,18 +86,31 @@ def from_importance_weights(
     values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 
-    # Backward recursion over time; T is small (tens), so a Python loop is cheap.
-    vs_minus_v = torch.zeros_like(values)
-    acc = torch.zeros_like(bootstrap_value)
-    for t in reversed(range(values.shape[0])):
-        acc = deltas[t] + discounts[t] * cs[t] * acc
-        vs_minus_v[t] = acc
-    vs = vs_minus_v + values
+    vs = _discounted_sums(deltas, discounts * cs) + values
 
     vs_t_plus_1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
     pg_rhos = rhos if clip_pg_rho_threshold is None else rhos.clamp(max=clip_pg_rho_threshold)
     pg_advantages = pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
     return VTraceReturns(vs=vs, pg_advantages=pg_advantages)
+
+
+def _discounted_sums(deltas: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
+    """acc_t = deltas_t + decays_t * acc_{t+1}, acc_T = 0, for every t: [T, B] -> [T, B].
+
+    Solved in closed form, acc_t = sum_{s >= t} (prod_{t <= k < s} decays_k) deltas_s, as a
+    [T, T, B] product table and one batched matrix product. The recursion took ~8 tensor
+    operations per step, and on a GPU each is a kernel launch whose CPU cost far exceeds its
+    arithmetic: 160 of a Pong update's ~650 operations at T = 20. Products only, no
+    division, so a zero decay (an episode's end) is exact.
+    """
+    T = deltas.shape[0]
+    later = torch.ones(T, T, dtype=torch.bool, device=deltas.device).triu(1)  # [t, s]: s > t
+    # factors[t, s] = decays_{s-1} where s > t, else 1; their running product along s is
+    # prod_{t <= k < s} decays_k for s >= t.
+    shifted = torch.cat([torch.ones_like(decays[:1]), decays[:-1]])  # [T, B]: decays_{s-1}
+    factors = torch.where(later.unsqueeze(-1), shifted.unsqueeze(0), 1.0)  # [T, T, B]
+    weights = factors.cumprod(dim=1) * (~later.T).unsqueeze(-1)  # zero where s < t
+    return torch.einsum("tsb,sb->tb", weights, deltas)
 
 
 @torch.no_grad()

@@ -31,6 +31,28 @@ def test_matches_the_tensorflow_update_rule(momentum):
     np.testing.assert_allclose(param.detach().numpy(), expected, rtol=1e-12)
 
 
+def test_every_parameter_of_a_group_steps_by_the_rule_and_one_without_a_gradient_stays():
+    """The step updates a group's parameters together (one operation over all of them);
+    each must still follow the rule on its own gradients, whatever its shape."""
+    rng = np.random.default_rng(1)
+    shapes = [(32, 4, 8, 8), (32,), (512, 3136), (6,)]
+    starts = [rng.normal(size=shape) for shape in shapes]
+    grads = [[rng.normal(scale=s, size=shape) for s in (0.5, 20.0, 0.01)] for shape in shapes]
+    params = [torch.nn.Parameter(torch.tensor(w)) for w in starts]
+    frozen = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    optimizer = RMSpropTF([*params, frozen], lr=0.02, decay=0.95, momentum=0.5, epsilon=0.01)
+    for step in range(3):
+        for param, per_step in zip(params, grads, strict=True):
+            param.grad = torch.tensor(per_step[step])
+        optimizer.step()
+    for param, w0, per_step in zip(params, starts, grads, strict=True):
+        expected = numpy_rmsprop(w0, per_step, 0.02, 0.95, 0.5, 0.01)
+        # atol: a few of 1.6M weights land within 1e-5 of 0, where w - mom cancels.
+        np.testing.assert_allclose(param.detach().numpy(), expected, rtol=1e-12, atol=1e-15)
+    assert torch.equal(frozen.detach(), torch.ones(3, dtype=torch.float64))
+    assert frozen not in optimizer.state
+
+
 def test_first_step_is_small_unlike_torch_rmsprop():
     """The reason it exists: torch's zero-initialised mean square makes the first step
     about lr / sqrt(1 - decay) = 10 lr whatever the gradient's size."""

@@ -4,7 +4,8 @@
   delta_t = rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t)),  rho_t = min(rho_bar, pi/mu),
   c_i = min(1, pi/mu);  pg_adv_s = min(rho_pg_bar, pi/mu) (r_s + gamma_s v_{s+1} - V(x_s)).
 
-The sum of products is evaluated directly, not by the backward recursion vtrace.py uses.
+The sum of products is evaluated term by term in loops; vtrace.py builds the same products as
+one [T, T, B] table (a cumulative product) and sums them in one matrix product.
 """
 
 import numpy as np
@@ -48,7 +49,7 @@ def make_inputs(T, B, seed=0):
     return log_rhos, discounts, rewards, values, bootstrap
 
 
-@pytest.mark.parametrize("T,B", [(1, 1), (1, 5), (5, 1), (7, 5)])
+@pytest.mark.parametrize("T,B", [(1, 1), (1, 5), (5, 1), (7, 5), (20, 32)])  # last: Pong's
 @pytest.mark.parametrize("rho_bar,pg_rho_bar", [(3.7, 2.2), (0.7, 1.4), (None, None)])
 def test_from_importance_weights_matches_definition(T, B, rho_bar, pg_rho_bar):
     inputs = make_inputs(T, B, seed=T * 10 + B)
