@@ -12,7 +12,8 @@ With `--algorithms impala apex r2d2`, each algorithm's update as its Pong preset
 (`--preset=auto`: agent, unroll length, overlap, batch, replay ratio), through the
 learner's own objects: its layout, replay, `Learning` (with a target network for Ape-X and
 R2D2, and R2D2's burn-in) and priority updates. `fresh_per_s` counts the steps an unroll
-brings that the previous one of its environment did not (T + 1 - overlap).
+brings that the previous one of its environment did not (T + 1 - overlap); `ops_per_update`
+the tensor operations one update dispatches (each a kernel launch on a GPU).
 
   .venv/bin/python bench/learner.py [--agent_name=SimpleConvNetAgent] [--seconds=10]
       [--replay_ratios 0 1 3] [--algorithms impala apex r2d2 [--flags=--burn_in=20 ...]]
@@ -49,7 +50,7 @@ from impala.step import untimed
 from impala.transport import encode
 from impala.unroll import UnrollLayout, core_shapes_of
 from impala.unroll_reader import EpisodeStats, Unroll
-from impala.update import PhaseTimes, Update, UpdateSettings
+from impala.update import PhaseTimes, Update, UpdateSettings, tensor_operations
 
 ATARI = (4, 84, 84)
 ACTIONS = 6
@@ -193,6 +194,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     with learner_update(algo, model, cfg, batch, replay, fresh_frames, device,
                         phases) as update:
         updates, wall, cpu = timed(update, seconds)
+        operations = tensor_operations(lambda: update(updates))
     fresh = updates * B * (T + 1 - algo.overlap)
     trained = fresh * (1 + ratio)
     return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,
@@ -200,7 +202,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
             "updates": updates, "device": device, "channels_last": model.channels_last,
             "updates_per_s": updates / wall, "samples_per_s": trained / wall,
             "fresh_per_s": fresh / wall, "frames_per_s": fresh * env_info.frames_per_step / wall,
-            "core_ms_per_sample": 1000.0 * cpu / trained}
+            "core_ms_per_sample": 1000.0 * cpu / trained, "ops_per_update": operations}
 
 
 def profile_phases(device: str) -> PhaseTimes:
@@ -255,7 +257,7 @@ def main() -> None:
         common.report("learner_algorithms", rows, [
             "algorithm", "agent", "T", "B", "overlap", "threads", "device", "channels_last",
             "replay_ratio", "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",
-            "core_ms_per_sample"])
+            "core_ms_per_sample", "ops_per_update"])
         return
     rows = []
     for shape in args.shapes:

@@ -80,6 +80,17 @@ class PhaseTimes:
         self.seconds[phase] += time.perf_counter() - start
 
 
+def tensor_operations(call: Callable[[], object]) -> int:
+    """Tensor operations `call` dispatches (top-level aten operations, counted by
+    torch.profiler). On a GPU each is a kernel launch or more, and for a network this small
+    their CPU cost is most of an update (sandbox/gpu.md, "Measured on an H200"): fewer is
+    faster there, and the count is the same on any machine."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        call()
+    return sum(1 for event in prof.events() if event.name.startswith("aten::") and (
+        event.cpu_parent is None or not event.cpu_parent.name.startswith("aten::")))
+
+
 class Update:
     def __init__(self, model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                  learning: Learning, replay: UnrollReplay | None, device: torch.device,

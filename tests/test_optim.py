@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from impala.optim import RMSpropTF
+from impala.update import tensor_operations
 
 
 def numpy_rmsprop(w, grads, lr, decay, momentum, epsilon):
@@ -109,3 +110,16 @@ def test_the_rate_is_held_then_annealed_linearly_to_zero_at_the_budget():
     assert rate(0.001, 1200, 1000, 0.8) == 0.0  # frames past the budget (last batches)
     # never annealed
     assert rate(0.001, 1000, 1000, 1.0) == 0.001
+
+
+def test_the_operations_of_a_step_do_not_grow_with_the_parameters():
+    """One operation over all of a group's parameters, not ~8 per parameter: on a GPU each
+    is a launch."""
+    def operations(count):
+        params = [torch.nn.Parameter(torch.ones(4)) for _ in range(count)]
+        optimizer = RMSpropTF(params, lr=0.1)
+        for param in params:
+            param.grad = torch.ones(4)
+        optimizer.step()  # the state is made on the first step
+        return tensor_operations(optimizer.step)
+    assert operations(2) == operations(20)
