@@ -56,7 +56,12 @@ def sample(pid: int, seconds: float) -> list[tuple[int, str, float]]:
 def pid_from_log(log: Path, label: str) -> int:
     """The pid a learner's log gives after `label` ("rank 0 (pid 2483)", "started actor 3
     (pid 2534)"); the last one, so a resumed run's."""
-    found = re.findall(re.escape(label) + r" \(pid (\d+)\)", log.read_text())
+    try:
+        text = log.read_text()
+    except OSError as error:
+        raise SystemExit(f"{log}: cannot read it ({error.strerror}); has the run started?"
+                         ) from None
+    found = re.findall(re.escape(label) + r" \(pid (\d+)\)", text)
     if not found:
         raise SystemExit(f"{log}: no '{label} (pid N)' in it yet")
     return int(found[-1])

@@ -112,3 +112,15 @@ def test_the_ingest_bench_measures_a_learner_serving_weights_under_curve():
     for measured in ("steps_per_s", "weights_MB_per_s", "receiver_ms_per_step",
                      "zmq_ms_per_step", "probe_speed"):
         assert float(row[measured]) > 0, measured
+
+
+def test_the_thread_sampler_names_a_log_that_is_not_there_yet(tmp_path):
+    missing = tmp_path / "learner-0.log"
+    result = subprocess.run([sys.executable, "bench/threads.py", "--pid_from", str(missing)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{missing}: cannot read it" in result.stderr
+    missing.write_text("12:00:00 learner-0 INFO starting\n")
+    result = subprocess.run([sys.executable, "bench/threads.py", "--pid_from", str(missing)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "no 'rank 0 (pid N)' in it yet" in result.stderr
