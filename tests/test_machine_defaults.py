@@ -76,6 +76,34 @@ def test_cuda_where_torch_sees_no_gpu_is_refused_with_what_to_do():
         resolve_device("cuda", flag="--actor_device")
 
 
+@pytest.fixture
+def float32_switch():
+    """torch's precision switch as the test found it, afterwards."""
+    before = torch.backends.fp32_precision
+    yield
+    torch.backends.fp32_precision = before
+
+
+def test_a_process_that_computes_on_a_gpu_takes_no_tensor_float_32(float32_switch):
+    from impala.devices import exact_float32
+    exact_float32()
+    backends = torch.backends
+    assert (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
+            backends.cuda.matmul.fp32_precision) == ("ieee", "ieee", "ieee")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
+def test_a_gpu_convolution_rounds_as_float32(float32_switch):
+    """Against float64 on the CPU: TF32's 10-bit mantissa would be off by ~1e-3."""
+    device = resolve_device("cuda")
+    frames = torch.rand(32, 4, 84, 84, generator=torch.Generator().manual_seed(0))
+    filters = torch.randn(32, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    exact = torch.nn.functional.conv2d(frames.double(), filters.double(), stride=4)
+    on_gpu = torch.nn.functional.conv2d(frames.to(device), filters.to(device), stride=4)
+    error = (on_gpu.cpu().double() - exact).abs().max() / exact.abs().max()
+    assert error < 1e-5
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
 def test_each_rank_on_a_host_takes_its_own_gpu():
     count = torch.cuda.device_count()
