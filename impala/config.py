@@ -135,6 +135,9 @@ class Config:
                               "on (channels last: oneDNN's fast convolutions on a CPU), off, "
                               "or auto (on where measured faster: a CPU learner, and a CPU "
                               "actor's ResNet torso)", ("auto", "on", "off"))
+    tf32: str = flag("on", "on a GPU, whether cuDNN's convolutions and LSTM may round "
+                     "float32 to TensorFloat-32 on tensor cores: on (torch's default) or off "
+                     "(float32 throughout, as on a CPU)", ("on", "off"))
     learner_threads: int = flag(2, "torch threads of the learner")
     actor_nice: int = flag(10, "scheduling niceness of actor processes (0-19): where actors "
                            "share a host with a learner, the learner gets the CPU first")
@@ -263,7 +266,7 @@ class Config:
         """The learner's device: `cuda:<local rank>` (one GPU per rank on a host) or cpu."""
         from impala.devices import resolve_device  # torch: only where a device is used
 
-        return resolve_device(self.learner_device, local_rank)
+        return resolve_device(self.learner_device, local_rank, tf32=self.tf32 == "on")
 
     def stacks_on_device(self, device: torch.device) -> bool:
         """Whether a learner on `device` gathers frame stacks there (`--stack_frames`)."""

@@ -170,12 +170,14 @@ class Learner:
         receiver.publish(self.counters.updates, finite_weights(self.model), self.counters.frames)
         receiver.start()
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
-                 "T=%d%s%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size,
+                 "T=%d%s%s%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size,
                  sock.address, cfg.agent_name, self.device, cfg.level_name, cfg.algorithm,
                  cfg.preset, cfg.batch_size, cfg.unroll_length,
                  ", frame stacks gathered on the device"
                  if self.layout.frame_stack and stacks_on_device else "",
-                 ", channels-last activations" if self.model.channels_last else "", io_threads,
+                 ", channels-last activations" if self.model.channels_last else "",
+                 ", no TF32 (--tf32=off)" if self.device.type == "cuda" and cfg.tf32 == "off"
+                 else "", io_threads,
                  "" if io_threads == 1 else "s")
         return receiver, batches, sock
 

@@ -15,7 +15,7 @@ import torch
 from impala import config
 from impala.algorithms.impala import Impala
 from impala.config import Config, default_actor_count, learner_io_threads
-from impala.devices import resolve_device
+from impala.devices import resolve_device, use_tf32
 from impala.flags import parse_config
 from impala.nets import create_agent
 from tests.helpers import ROOT
@@ -77,25 +77,31 @@ def test_cuda_where_torch_sees_no_gpu_is_refused_with_what_to_do():
 
 
 @pytest.fixture
-def float32_switch():
-    """torch's precision switch as the test found it, afterwards."""
-    before = torch.backends.fp32_precision
-    yield
-    torch.backends.fp32_precision = before
-
-
-def test_a_process_that_computes_on_a_gpu_takes_no_tensor_float_32(float32_switch):
-    from impala.devices import exact_float32
-    exact_float32()
+def float32_precision():
+    """torch's float32 precision as the test found it, afterwards."""
     backends = torch.backends
-    assert (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
-            backends.cuda.matmul.fp32_precision) == ("ieee", "ieee", "ieee")
+    before = (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
+              backends.cuda.matmul.fp32_precision)
+    yield lambda: (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
+                   backends.cuda.matmul.fp32_precision)
+    (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
+     backends.cuda.matmul.fp32_precision) = before
+
+
+def test_tf32_off_computes_float32_throughout_and_on_is_torchs_default(float32_precision):
+    use_tf32(False)
+    assert float32_precision() == ("ieee", "ieee", "ieee")
+    use_tf32(True)
+    assert float32_precision() == ("tf32", "tf32", "ieee")
+    assert Config().tf32 == "on"
+    with pytest.raises(SystemExit):
+        parse_config(["--tf32=maybe"])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
-def test_a_gpu_convolution_rounds_as_float32(float32_switch):
+def test_a_learner_with_tf32_off_convolves_in_float32_on_the_gpu(float32_precision):
     """Against float64 on the CPU: TF32's 10-bit mantissa would be off by ~1e-3."""
-    device = resolve_device("cuda")
+    device = parse_config(["--tf32=off"]).device_for(0)
     frames = torch.rand(32, 4, 84, 84, generator=torch.Generator().manual_seed(0))
     filters = torch.randn(32, 4, 8, 8, generator=torch.Generator().manual_seed(1))
     exact = torch.nn.functional.conv2d(frames.double(), filters.double(), stride=4)
