@@ -52,6 +52,9 @@ checks() {
   "$PY" bench/learner.py --algorithms impala --device="$DEVICE" --threads 1 \
     --seconds $seconds --flags=--channels_last=$other
   "$PY" bench/inference.py --device="$DEVICE" --batches $batches --channels_last auto $other
+  # float32 throughout (--tf32=off) against torch's TF32 convolutions: what exactness costs.
+  [ "$DEVICE" = cpu ] || "$PY" bench/learner.py --algorithms impala --device="$DEVICE" \
+    --threads 1 --seconds $seconds --flags=--tf32=off
   [ "$DEVICE" = cpu ] || "$PY" bench/inference.py --device=cpu --batches $batches
   # The learner's socket side with as many senders as make train starts actors, weights
   # served at 100 versions/s: what one I/O thread and the receiver thread can take.
