@@ -76,16 +76,21 @@ def test_cuda_where_torch_sees_no_gpu_is_refused_with_what_to_do():
         resolve_device("cuda", flag="--actor_device")
 
 
+def float32_precisions() -> tuple[str, str, str]:
+    """cuDNN convolutions', cuDNN LSTM's and matrix products' float32 precision."""
+    backends = torch.backends
+    if hasattr(backends.cudnn, "conv"):  # torch >= 2.9
+        return (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
+                backends.cuda.matmul.fp32_precision)
+    cudnn = "tf32" if backends.cudnn.allow_tf32 else "ieee"
+    return cudnn, cudnn, "tf32" if backends.cuda.matmul.allow_tf32 else "ieee"
+
+
 @pytest.fixture
 def float32_precision():
-    """torch's float32 precision as the test found it, afterwards."""
-    backends = torch.backends
-    before = (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
-              backends.cuda.matmul.fp32_precision)
-    yield lambda: (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
-                   backends.cuda.matmul.fp32_precision)
-    (backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision,
-     backends.cuda.matmul.fp32_precision) = before
+    """`float32_precisions`, and torch's defaults again afterwards."""
+    yield float32_precisions
+    use_tf32(True)
 
 
 def test_tf32_off_computes_float32_throughout_and_on_is_torchs_default(float32_precision):
