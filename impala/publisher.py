@@ -45,8 +45,8 @@ def take_snapshot(model: nn.Module, version: int, run_frames: int) -> Snapshot:
     state = model.state_dict()
     # From a GPU, non_blocking copies into pinned host memory, filled behind the queued
     # step; on the CPU, plain copies. Always copies, so the optimizer never writes into one.
-    tensors = {name: t.detach().to("cpu", non_blocking=True, copy=True)
-               for name, t in state.items()}
+    # (state_dict's tensors are detached already.)
+    tensors = {name: t.to("cpu", non_blocking=True, copy=True) for name, t in state.items()}
     copied = None
     if any(t.is_cuda for t in state.values()):
         copied = torch.cuda.Event()

@@ -161,11 +161,14 @@ def read_to_host(values: Mapping[Hashable, torch.Tensor | float], errors: torch.
     Why one: each read waits for the device to finish everything queued before it. The
     losses make none (a GPU learner queues the whole update without waiting); this is the
     update's one wait for its statistics, after its optimizer step."""
-    tensors = [v.detach().reshape(1).float() for v in values.values()
-               if isinstance(v, torch.Tensor)]
-    if errors is not None:
-        tensors.append(errors.detach().reshape(-1).float())
-    host = torch.cat(tensors).cpu().numpy() if tensors else np.empty(0, np.float32)
+    scalars = [v for v in values.values() if isinstance(v, torch.Tensor)]
+    # A few operations for all of them, not three each: on a GPU each is a launch.
+    with torch.no_grad():
+        parts = [torch.stack(scalars)] if scalars else []
+        if errors is not None:
+            parts.append(errors.reshape(-1))
+        host = (torch.cat(parts).float().cpu().numpy() if parts
+                else np.empty(0, np.float32))
     read, position = {}, 0
     for key, value in values.items():
         if isinstance(value, torch.Tensor):

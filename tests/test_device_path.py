@@ -26,7 +26,7 @@ from impala.registry import build_algorithm
 from impala.rollout import Batch, core_state, with_stacks
 from impala.unroll import EPISODE_START, FRAMES, OBSERVATION, UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
-from impala.update import Update, UpdateSettings, read_to_host
+from impala.update import Update, UpdateSettings, read_to_host, tensor_operations
 
 T, B = 6, 3
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -139,6 +139,17 @@ def test_one_read_returns_each_statistic_and_the_column_errors_in_place():
     assert read == {"a": 1.5, "b": 2.0, ("c", "d"): -3.25}
     np.testing.assert_array_equal(errors, np.array([0.5, 0.75], np.float32))
     assert read_to_host({"a": 1.0}, None) == ({"a": 1.0}, None)
+    mixed = {"a": torch.tensor(1.5, dtype=torch.float64), "b": torch.tensor(2, dtype=torch.int64),
+             "c": torch.tensor(0.5, requires_grad=True) * 2}
+    assert read_to_host(mixed, None) == ({"a": 1.5, "b": 2.0, "c": 1.0}, None)
+
+
+def test_reading_more_statistics_dispatches_no_more_tensor_operations():
+    """On a GPU each operation is a launch: the read takes a few whatever the count."""
+    def operations(count: int) -> int:
+        values = {i: torch.tensor(float(i)) for i in range(count)}
+        return tensor_operations(lambda: read_to_host(values, torch.ones(4)))
+    assert operations(2) == operations(20)
 
 
 class Recorder:
