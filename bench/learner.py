@@ -110,7 +110,7 @@ def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch
     does (snapshot here; checked and encoded for the actors on its thread). Yields the
     update, called with its number; on leaving, the last weights are published. `phases`:
     a profile of where the training thread's time goes."""
-    on = resolve_device(device, tf32=cfg.tf32 == "on")
+    on = resolve_device(device, tf32=cfg.tf32_allowed)
     model.to(on)
     model.channels_last = cfg.uses_channels_last(on, model, training=True)  # as the learner
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
@@ -189,7 +189,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent,
                           seed=0) if ratio > 0 else None
-    on = resolve_device(device, tf32=cfg.tf32 == "on")
+    on = resolve_device(device, tf32=cfg.tf32_allowed)
     batch = filled_batch(layout, B, replay, cfg.stacks_on_device(on))
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
     with learner_update(algo, model, cfg, batch, replay, fresh_frames, device,

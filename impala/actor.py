@@ -149,7 +149,7 @@ class Actor:
         # The batched forward pass runs on --actor_device; everything around it stays on
         # the CPU (environments, the unroll, the wire).
         self.device = resolve_device(cfg.actor_device, flag="--actor_device",
-                                     tf32=cfg.tf32 == "on")
+                                     tf32=cfg.tf32_allowed)
         self.model = build_agent(cfg.agent_name, info, algorithm).to(self.device)
         self.model.channels_last = cfg.uses_channels_last(self.device, self.model,
                                                           training=False)

@@ -266,7 +266,12 @@ class Config:
         """The learner's device: `cuda:<local rank>` (one GPU per rank on a host) or cpu."""
         from impala.devices import resolve_device  # torch: only where a device is used
 
-        return resolve_device(self.learner_device, local_rank, tf32=self.tf32 == "on")
+        return resolve_device(self.learner_device, local_rank, tf32=self.tf32_allowed)
+
+    @property
+    def tf32_allowed(self) -> bool:
+        """Whether a GPU may round float32 to TensorFloat-32 (`--tf32`)."""
+        return self.tf32 == "on"
 
     def stacks_on_device(self, device: torch.device) -> bool:
         """Whether a learner on `device` gathers frame stacks there (`--stack_frames`)."""

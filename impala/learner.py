@@ -176,7 +176,7 @@ class Learner:
                  ", frame stacks gathered on the device"
                  if self.layout.frame_stack and stacks_on_device else "",
                  ", channels-last activations" if self.model.channels_last else "",
-                 ", no TF32 (--tf32=off)" if self.device.type == "cuda" and cfg.tf32 == "off"
+                 ", no TF32 (--tf32=off)" if self.device.type == "cuda" and not cfg.tf32_allowed
                  else "", io_threads,
                  "" if io_threads == 1 else "s")
         return receiver, batches, sock
