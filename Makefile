@@ -14,7 +14,7 @@ NUM_ENVS   ?=
 FRAMES     ?=
 TRAIN_FLAGS ?=
 
-.PHONY: setup train test test-fast lint bench clean-runs
+.PHONY: setup train test test-fast lint bench results clean-runs
 
 setup:
 	bash scripts/setup.sh
@@ -39,3 +39,7 @@ lint: setup
 
 bench: setup
 	$(PY) bench/env.py && $(PY) bench/learner.py && $(PY) bench/inference.py
+
+# Redraw results/figures and results/SUMMARY.md from results/runs.csv and its episode files.
+results: setup
+	$(PY) results/redraw.py
