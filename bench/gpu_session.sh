@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 38's GPU figures in a few calls of at most ~9 minutes each, on a GPU machine whose
-# `python3` already has a CUDA torch and that may have no network (sandbox/gpu.md, "To run on
+# `python3` already has a CUDA torch and that may have no network (docs/gpu.md, "Measuring on
 # a GPU machine"). Packages torch's image lacks travel as wheels in `.whl/` beside this
 # checkout (gymnasium, ale-py, pyzmq, farama-notifications: python 3.12, manylinux x86_64);
 # they are installed into /tmp/site first. Everything it prints also goes to $OUT (default

@@ -285,8 +285,7 @@ class Config:
             return False
         if self.channels_last != "auto":
             return self.channels_last == "on"
-        # Measured on a CPU only (sandbox/speed.md, "Channels-last activations"); a GPU keeps the
-        # default layout until measured there.
+        # Measured faster on a CPU only; a GPU keeps the default layout until measured there.
         return device.type == "cpu" and agent.channels_last_pays[0 if training else 1]
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,8 +308,8 @@ def default_actor_count() -> int:
 def learner_io_threads(flag: int) -> int:
     """The learner socket's ZeroMQ I/O threads: `flag`, or for 0 one per 8 cores of this
     host (1 to 4). A learner fed by a host full of actors serves each of them a copy of
-    its weights per unroll set; under CURVE, one I/O thread encrypts ~1 GB/s (sandbox/
-    gpu.md), about what 8-16 actor cores ask for."""
+    its weights per unroll set; under CURVE, one I/O thread encrypts ~1 GB/s,
+    about what 8-16 actor cores ask for."""
     return flag or min(4, max(1, usable_cores() // 8))
 
 

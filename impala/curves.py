@@ -9,7 +9,7 @@ priority, so it takes only CPU that training leaves) and the learner once more a
   impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
   impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames
                                                         # and vs wall time
-  impala-curves sandbox/curves/a.csv RUN_DIR --out=compare.png  # kept episodes files too
+  impala-curves results/episodes/a.csv RUN_DIR --out=compare.png  # kept episodes files too
 Only matplotlib's Agg backend is used: no display is needed.
 """
 
@@ -192,7 +192,7 @@ def _draw_greedy_returns(ax, episodes: pd.DataFrame | None, panel: Panel) -> Non
 def overlay(sources: list[Path], out: Path) -> Path:
     """Running mean return of several runs against frames and against wall time.
 
-    A source is a run directory or an episodes CSV kept from one (`sandbox/curves/`); a
+    A source is a run directory or an episodes CSV kept from one (`results/episodes/`); a
     CSV's minutes count from its first episode, and a stop inside it is not left out.
     """
     figure, axes = _figure(1, 2, (12, 4.5))

@@ -3,7 +3,7 @@ the same command uses the GPU of a GPU machine and the CPU elsewhere.
 
 On a GPU, `--tf32` says whether cuDNN's convolutions and LSTM may round their float32
 inputs to TensorFloat-32 (10-bit mantissa) on tensor cores: on is torch's default, and what
-the GPU figures in sandbox/gpu.md were measured with; off computes float32 throughout, as
+the GPU figures in results/ were measured with; off computes float32 throughout, as
 the CPU does where the losses are tested against NumPy."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class Agent(nn.Module):
     clipped reward."""
 
     # Whether channels-last activations speed the torso up on a CPU (training, acting);
-    # None: no convolutions. Measured: sandbox/speed.md, "Channels-last activations".
+    # None: no convolutions. Measured with bench/learner.py and bench/inference.py.
     channels_last_pays: tuple[bool, bool] | None = None
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
@@ -275,8 +275,7 @@ def lstm_core(lstm: nn.LSTM, features: torch.Tensor, done: torch.Tensor,
 
     One LSTM call per stretch of steps in which no env starts an episode, the state zeroed
     at each stretch's first step for the envs that start there: the same result as a call
-    per step, at a fraction of the Python overhead (a recurrent Recall test: 51 s -> 28 s).
-    Record: sandbox/value.md ("The LSTM by stretches")."""
+    per step, at a fraction of the Python overhead (a recurrent Recall test: 51 s -> 28 s)."""
     starts = done.bool()
     bounds = [0, *starts[1:].any(dim=1).nonzero().flatten().add(1).tolist(), len(features)]
     keep = (~starts).to(features.dtype).unsqueeze(-1)  # [T, B, 1]
@@ -295,7 +294,7 @@ def _init_relu_torso_and_heads(agent: Agent) -> None:
     Why: under PyTorch's default init each ReLU layer shrinks the signal's variance about
     six-fold, so on Pong's near-constant screens the 512 features varied by 3e-4 from frame
     to frame, against 1.0 for the one-hot last action beside them: the heads could barely see
-    the game, and Pong sat at -20.3 for 9M frames (sandbox/pong_curve.md, "Dead torso").
+    the game, and Pong sat at -20.3 for 9M frames (docs/notes/pong-init-and-step-size.md).
     Gain sqrt(2) keeps the variance through ReLUs (25x more variation at the features).
     """
     for module in agent.modules():

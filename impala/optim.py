@@ -12,7 +12,7 @@ in the direction of its gradient's sign; and its epsilon is added outside the sq
 so an epsilon of 0.01 bounds the denominator by 0.01 instead of 0.1. With the paper's
 settings that made the first Pong updates blow the network up: the global gradient norm
 went 6 -> 98 -> 172 -> 560 -> 842 in 20 updates and the policy never recovered
-(sandbox/pong_curve.md, "Why Pong was not learned").
+(docs/notes/pong-init-and-step-size.md).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ def scheduled_learning_rate(base: float, frames: int, budget: int, hold_fraction
     """The learning rate after `frames` of a `budget` of frames: `base` for the first
     `hold_fraction` of the budget, then falling linearly to 0 at the budget. A hold of 0 is
     the paper's anneal from the first frame; a hold of 1 keeps `base` to the end. Holding
-    lets a late riser climb at the full rate and still settles it at the end
-    (sandbox/pong_curve.md, "Pong with the defaults")."""
+    lets a late riser climb at the full rate and still settles it at the end."""
     hold_frames = hold_fraction * budget
     if frames <= hold_frames or hold_fraction >= 1.0:
         return base

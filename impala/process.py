@@ -16,8 +16,7 @@ def lower_priority(niceness: int) -> None:
     """Let a learner on the same host have the CPU first. It is the slower stage, and while
     it waits for a core its actors' unrolls only queue up (measured on a 2-core Pong run:
     its two threads waited 8 of every 20 s for a core; at niceness 10, 1.8 s, and with the
-    learner's other settings the run went from 0.77 to 0.96 of the machine's ceiling;
-    sandbox/speed.md).
+    learner's other settings the run went from 0.77 to 0.96 of the machine's ceiling).
 
     Linux schedules each session as one group ("autogroup") and nice only orders processes
     within a group, so an actor that leads its own session (every launcher here starts it

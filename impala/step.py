@@ -63,7 +63,7 @@ def torso_health(features: torch.Tensor) -> dict[str, torch.Tensor]:
     `feature_std`: the std over the batch's T x B steps, averaged over features;
     `dead_features`: the share of features that are zero at every step (dead ReLUs). A
     torso whose `feature_std` falls to ~0 shows the heads the same input on every screen:
-    nothing can be learned (sandbox/pong_curve.md, "Dead torso")."""
+    nothing can be learned (docs/notes/pong-init-and-step-size.md)."""
     flat = features.flatten(0, 1).float()
     return {"feature_std": flat.std(dim=0).mean(),
             "dead_features": (flat == 0).all(dim=0).float().mean()}
@@ -77,7 +77,7 @@ class TorsoWatch:
     Dead: `feature_std` below `dead` (every step of the batch looks the same to the heads).
     Dying: its moving average (over ~1 / (1 - smoothing) updates) below `dying_fraction` of
     the highest average so far: Pong runs that died fell below a tenth of their peak by
-    ~0.5M frames, live ones never below 27% (sandbox/pong_curve.md, "Dead torso")."""
+    ~0.5M frames, live ones never below 27%."""
 
     dead: float = 1e-5
     dying_fraction: float = 0.1

@@ -140,8 +140,7 @@ class RecallEnv(CueTrialsEnv):
 
     An agent that sees its own last action can carry the cue in it (answer the cue at once,
     repeat that action through the blanks): a feed-forward value-based agent did, 3.9 of 5
-    at 60K frames, which is why an agent can be built without those inputs
-    (sandbox/value.md).
+    at 60K frames, which is why an agent can be built without those inputs.
     `impala/RecallShort-v0` (gap = 2: the cue is still in a 4-frame stack at "go") is the
     control a feed-forward agent does solve."""
 

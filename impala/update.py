@@ -83,7 +83,7 @@ class PhaseTimes:
 def tensor_operations(call: Callable[[], object]) -> int:
     """Tensor operations `call` dispatches (top-level aten operations, counted by
     torch.profiler). On a GPU each is a kernel launch or more, and for a network this small
-    their CPU cost is most of an update (sandbox/gpu.md, "Measured on an H200"): fewer is
+    their CPU cost is most of an update (profiled on an H200): fewer is
     faster there, and the count is the same on any machine."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         call()

@@ -1,4 +1,4 @@
-"""Is a Pong checkpoint's conv torso alive? (the table in sandbox/pong_curve.md, "Dead torso")
+"""Is a Pong checkpoint's conv torso alive? (docs/notes/pong-init-and-step-size.md)
 
     .venv/bin/python sandbox/torso_check.py runs/pong_curve/pong_D/checkpoint.pt [...]
 

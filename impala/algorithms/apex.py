@@ -4,7 +4,7 @@ prioritized replay (alpha 0.6, beta 0.4) whose first priorities the actors compu
 
 Its network sees the frames only, as the paper's dueling network does: with the last action
 as an input (IMPALA's agents have it) a feed-forward agent learned to carry a cue in its
-own actions and half-solved impala/Recall-v0 (sandbox/value.md)."""
+own actions and half-solved impala/Recall-v0."""
 
 from __future__ import annotations
 

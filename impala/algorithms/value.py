@@ -4,7 +4,7 @@ trains a dueling double-Q network on n-step targets (qlearning.py) against a tar
 copied every `--target_update_frames` frames, with an optional burn-in of the recurrent
 state. Tensor code is imported inside the methods that act or learn (impala/algorithm.py).
 
-Departures from the papers, and why (sandbox/value.md):
+Departures from the papers, and why (docs/algorithms.md):
 - Replay holds unrolls (sequences), not single transitions, for Ape-X too, so one format
   (unroll.py: frames once per step) serves every algorithm. An unroll's priority is the
   mix eta max|delta| + (1 - eta) mean|delta| of its trained transitions (R2D2: eta 0.9;

@@ -36,7 +36,7 @@ class MpiOptions:
     # Milliseconds between Horovod's coordination rounds, which also run while ranks wait
     # for data and take CPU from actors sharing the cores: 5 ms against Horovod's own
     # setting gained 3-82% with 2 learners and 2 actors on 2 cores, and cost 3% with a core
-    # per rank (sandbox/speed.md, "Horovod's cycle time").
+    # per rank.
     horovod_cycle_time_ms: float | None = 5.0  # None: Horovod's own setting
     # Seconds a rank has to checkpoint and exit after mpirun's SIGTERM (see below).
     stop_grace_s: int = 10
