@@ -13,11 +13,11 @@ import time
 
 import common  # noqa: F401 - puts the project on sys.path
 
-from impala.envs import EnvSettings, create_env, describe_env
+from impala.envs import EnvConfig, create_env, describe_env
 
 
 def _worker(level: str, seconds: float, seed: int, out: mp.Queue) -> None:
-    env = create_env(EnvSettings(level), seed=seed)
+    env = create_env(EnvConfig(level), seed=seed)
     env.reset()
     steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -40,7 +40,7 @@ def measure(level: str, processes: int, seconds: float) -> dict[str, object]:
     steps = sum(r[0] for r in results)
     wall = max(r[1] for r in results)
     cpu = sum(r[2] for r in results)
-    frames_per_step = describe_env(EnvSettings(level)).frames_per_step
+    frames_per_step = describe_env(EnvConfig(level)).frames_per_step
     return {"level": level, "processes": processes, "steps_per_s": steps / wall,
             "frames_per_s": steps * frames_per_step / wall,
             "core_ms_per_step": 1000.0 * cpu / steps}

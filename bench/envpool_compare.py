@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from impala.envs import EnvSettings, create_env
+from impala.envs import EnvConfig, create_env
 
 
 def envpool_ms_per_step(envs: int, seconds: float) -> float:
@@ -39,7 +39,7 @@ def envpool_ms_per_step(envs: int, seconds: float) -> float:
 
 
 def toolkit_ms_per_step(envs: int, seconds: float) -> float:
-    pool = [create_env(EnvSettings("PongNoFrameskip-v4"), seed=i) for i in range(envs)]
+    pool = [create_env(EnvConfig("PongNoFrameskip-v4"), seed=i) for i in range(envs)]
     for env in pool:
         env.reset()
     rng = np.random.default_rng(0)

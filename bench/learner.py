@@ -45,12 +45,12 @@ from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
 from impala.registry import build_algorithm
 from impala.rollout import Batch
-from impala.settings import ReplaySchedule
+from impala.schedules import ReplaySchedule
 from impala.step import untimed
 from impala.transport import encode
 from impala.unroll import UnrollLayout, core_shapes_of
 from impala.unroll_reader import EpisodeStats, Unroll
-from impala.update import PhaseTimes, Update, UpdateSettings, tensor_operations
+from impala.update import PhaseTimes, Update, UpdateConfig, tensor_operations
 
 ATARI = (4, 84, 84)
 ACTIONS = 6
@@ -116,7 +116,7 @@ def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch
     optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
                           epsilon=cfg.epsilon)
     run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
-                        on, UpdateSettings.of(cfg), phases)
+                        on, UpdateConfig.of(cfg), phases)
     phase = phases or untimed
     publisher = WeightPublisher(
         lambda version, arrays, frames: encode("weights", "learner-0", arrays, version=version))
@@ -168,7 +168,7 @@ def algorithm_config(algorithm: str, threads: int, replay_size: int,
 def learner_objects(cfg: Config) -> tuple[EnvInfo, Algorithm, Agent, UnrollLayout]:
     """The environment, algorithm, agent (on the CPU) and unroll layout a learner with
     `cfg` builds (impala/learner.py)."""
-    env_info = describe_env(cfg.env_settings)
+    env_info = describe_env(cfg.env_config)
     algorithm = build_algorithm(cfg)
     model = build_agent(cfg.agent_name, env_info, algorithm)
     return env_info, algorithm, model, UnrollLayout.for_agent(

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from impala.envs import EnvSettings, create_env, env_info
+from impala.envs import EnvConfig, create_env, env_info
 
 
 def q_network(observation_shape: tuple[int, ...], num_actions: int) -> nn.Module:
@@ -104,7 +104,7 @@ def epsilon_at(frames: int, epsilon_frames: int, final: float = 0.01) -> float:
 def train(args: argparse.Namespace) -> list[tuple[int, float]]:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    settings = EnvSettings(args.level_name)
+    settings = EnvConfig(args.level_name)
     env = create_env(settings, seed=args.seed)
     info = env_info(env, settings)
     repeat = info.frames_per_step

@@ -42,7 +42,7 @@ def worker(args) -> None:
     from impala.optim import RMSpropTF
     from impala.transport import encode
     from impala.unroll import UnrollLayout, core_shapes_of
-    from impala.update import Update, UpdateSettings
+    from impala.update import Update, UpdateConfig
     from impala.weights import weights_arrays
 
     torch.set_num_threads(args.threads)
@@ -57,7 +57,7 @@ def worker(args) -> None:
                           recorded=Impala.recorded, frame_stack=ATARI[0])
     batch = filled_batch(layout, B, None)
     run_update = Update(model, optimizer, backend, Impala(cfg).learning(model), None,
-                        torch.device("cpu"), UpdateSettings.of(cfg))
+                        torch.device("cpu"), UpdateConfig.of(cfg))
 
     def update() -> None:
         backend.allreduce_sum(np.zeros(7))  # the learner's control vector

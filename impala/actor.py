@@ -140,10 +140,10 @@ class Actor:
         self.stop = stop
         self.name = f"actor-{cfg.task}"
         torch.set_num_threads(1)
-        settings = cfg.env_settings
+        config = cfg.env_config
         base_seed = cfg.seed * 10_007 + cfg.task * 101
-        self.envs = [create_env(settings, seed=base_seed + i) for i in range(cfg.num_envs)]
-        info = env_info(self.envs[0], settings)
+        self.envs = [create_env(config, seed=base_seed + i) for i in range(cfg.num_envs)]
+        info = env_info(self.envs[0], config)
         torch.manual_seed(base_seed)
         algorithm = build_algorithm(cfg)
         # The batched forward pass runs on --actor_device; everything around it stays on

@@ -4,9 +4,9 @@ and the small records it declares itself with.
 An algorithm is one module, `impala/algorithms/<name>.py` (found by the registry, so adding
 the file is all it takes) or any module named by `--algorithm=package.module:Class`. It
 defines one `Algorithm` subclass that declares, in one place:
-- `name`, and `settings_class`: a frozen dataclass of its own flags, each made with `flag`;
-- `presets`: its defaults per environment family, each with a one-line rule and a link to
-  the record of the runs behind it;
+- `name`, and `flags_class`: a frozen dataclass of its own flags, each made with `flag`;
+- `presets`: its defaults per environment family, each with a one-line rule and its record
+  (the rows of results/runs.csv or the tests behind it);
 - `heads`: the agent's output heads, under the algorithm's own names, and `recorded`, the
   name of what the actor records beside each action (the unroll carries it);
 - `log_scalars`, `panels` and `status`: what logs.csv, curve.png and the status line show;
@@ -42,7 +42,7 @@ def flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any
 
 
 @dataclass(frozen=True)
-class NoSettings:
+class NoFlags:
     """For an algorithm without flags of its own."""
 
 
@@ -64,7 +64,9 @@ class Preset:
     families: tuple[str, ...]  # environment families (envs.env_family) auto picks it for
     values: Mapping[str, Any]  # flag name -> value: shared flags and the algorithm's own
     rule: str  # one line: what the values are for
-    record: str  # where the runs behind them are: a sandbox/ page and section
+    # The evidence behind the values: ids of rows of results/runs.csv, or learning tests as
+    # "tests/<path>.py::<test>". Empty only where the rule says the values are unmeasured.
+    record: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     is_default: ClassVar[bool] = False  # the one --algorithm means when it is not given
-    settings_class: ClassVar[type] = NoSettings
+    flags_class: ClassVar[type] = NoFlags
     presets: ClassVar[tuple[Preset, ...]] = ()
     heads: ClassVar[tuple[Head, ...]] = ()
     recorded: ClassVar[str] = ""  # the [A] floats the actor records beside each action
@@ -158,7 +160,7 @@ class Algorithm:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.settings = cfg.settings
+        self.flags = cfg.algorithm_flags
 
     @classmethod
     def problems(cls, cfg: Config) -> Iterator[str]:

@@ -1,7 +1,7 @@
 """Every flag of `experiment.py`: the schema, its checks, and the values derived from it.
 
-- Schema: `Config`, one frozen dataclass of the flags every run has, and in `settings` the
-  algorithm's own flags (its `settings_class`, see impala/algorithm.py). Flag names keep
+- Schema: `Config`, one frozen dataclass of the flags every run has, and in `algorithm_flags` the
+  algorithm's own flags (its `flags_class`, see impala/algorithm.py). Flag names keep
   those of scalable_agent and its multi-learner tweak, so their command lines work unchanged.
 - Checks: every value is checked when a Config is made (the algorithm checks its own).
 - Derived values: the run directory, the replay schedule, the environments' settings.
@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from impala.algorithm import flag
 from impala.registry import algorithm_class, default_algorithm
-from impala.settings import REWARD_CLIPPING_MODES, ReplaySchedule
+from impala.rewards import REWARD_CLIPPING_MODES
+from impala.schedules import ReplaySchedule
 
 if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor gymnasium
     import torch
 
-    from impala.envs import EnvSettings
+    from impala.envs import EnvConfig
     from impala.nets import Agent
 
 @dataclass(frozen=True)
@@ -148,8 +149,8 @@ class Config:
     checkpoint_interval_s: float = flag(600.0, "seconds between checkpoints (and one at exit)")
     test_num_episodes: int = flag(10, "episodes played by --mode=test")
 
-    # The algorithm's own flags (its settings_class), filled in from the flags.
-    settings: Any = field(default=None, metadata={"internal": True})
+    # The algorithm's own flags (its flags_class), filled in from the flags.
+    algorithm_flags: Any = field(default=None, metadata={"internal": True})
 
     def __post_init__(self) -> None:
         if self.preset == "auto":
@@ -159,11 +160,11 @@ class Config:
         if self.num_actors == 0:
             object.__setattr__(self, "num_actors", default_actor_count())
         cls = algorithm_class(self.algorithm)
-        if self.settings is None:
-            object.__setattr__(self, "settings", cls.settings_class())
-        elif not isinstance(self.settings, cls.settings_class):
-            raise ValueError(f"--algorithm={self.algorithm} takes {cls.settings_class.__name__}"
-                             f" settings, got {type(self.settings).__name__}")
+        if self.algorithm_flags is None:
+            object.__setattr__(self, "algorithm_flags", cls.flags_class())
+        elif not isinstance(self.algorithm_flags, cls.flags_class):
+            raise ValueError(f"--algorithm={self.algorithm} takes {cls.flags_class.__name__}"
+                             f", got {type(self.algorithm_flags).__name__}")
         problems = [message for message in (*self._problems(), *cls.problems(self)) if message]
         if problems:
             raise ValueError("bad flags:\n  " + "\n  ".join(problems))
@@ -256,11 +257,11 @@ class Config:
         return path if workdir is None or path.is_absolute() else Path(workdir) / path
 
     @property
-    def env_settings(self) -> EnvSettings:
+    def env_config(self) -> EnvConfig:
         """How every process of the run creates its environments."""
-        from impala.envs import EnvSettings  # gymnasium only where environments are made
+        from impala.envs import EnvConfig  # gymnasium only where environments are made
 
-        return EnvSettings(self.level_name, self.num_action_repeats, self.width, self.height)
+        return EnvConfig(self.level_name, self.num_action_repeats, self.width, self.height)
 
     def device_for(self, local_rank: int = 0) -> torch.device:
         """The learner's device: `cuda:<local rank>` (one GPU per rank on a host) or cpu."""
@@ -291,7 +292,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """Every flag, the algorithm's own among them, by name."""
         return {**{f.name: getattr(self, f.name) for f in shared_fields()},
-                **dataclasses.asdict(self.settings)}
+                **dataclasses.asdict(self.algorithm_flags)}
 
 
 def usable_cores() -> int:
@@ -314,7 +315,7 @@ def learner_io_threads(flag: int) -> int:
 
 
 def shared_fields() -> list[dataclasses.Field]:
-    """The flags every run has (Config's fields but `settings`)."""
+    """The flags every run has (Config's fields but `algorithm_flags`)."""
     return [f for f in dataclasses.fields(Config) if not f.metadata.get("internal")]
 
 

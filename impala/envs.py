@@ -112,20 +112,20 @@ class LifeLossSignal(gym.Wrapper):
 
 
 @dataclass(frozen=True)
-class EnvSettings:
+class EnvConfig:
     level_name: str
     num_action_repeats: int = 4
     width: int = 84
     height: int = 84
 
 
-def create_env(settings: EnvSettings, seed: int | None = None,
+def create_env(config: EnvConfig, seed: int | None = None,
                render_mode: str | None = None) -> gym.Env:
     """Make one environment; see the module docstring for what Atari ids get."""
-    if is_atari(settings.level_name):
-        env = _create_atari(settings, render_mode)
+    if is_atari(config.level_name):
+        env = _create_atari(config, render_mode)
     else:
-        env = gym.make(settings.level_name, render_mode=render_mode)
+        env = gym.make(config.level_name, render_mode=render_mode)
         env = RecordEpisodeStatistics(env)
         if _is_image(env.observation_space):
             env = FrameStackObservation(env, FRAME_STACK)
@@ -135,16 +135,16 @@ def create_env(settings: EnvSettings, seed: int | None = None,
     return env
 
 
-def _create_atari(settings: EnvSettings, render_mode: str | None) -> gym.Env:
-    if settings.num_action_repeats < 1:
-        raise ValueError(f"num_action_repeats must be >= 1, got {settings.num_action_repeats}")
+def _create_atari(config: EnvConfig, render_mode: str | None) -> gym.Env:
+    if config.num_action_repeats < 1:
+        raise ValueError(f"num_action_repeats must be >= 1, got {config.num_action_repeats}")
     # The ALE must not skip frames itself: AtariPreprocessing does the repeat and max-pool.
-    env = gym.make(settings.level_name, frameskip=1, render_mode=render_mode)
+    env = gym.make(config.level_name, frameskip=1, render_mode=render_mode)
     env = AtariPreprocessing(
         env,
         noop_max=NOOP_MAX,
-        frame_skip=settings.num_action_repeats,
-        screen_size=(settings.width, settings.height),
+        frame_skip=config.num_action_repeats,
+        screen_size=(config.width, config.height),
         terminal_on_life_loss=False,
         grayscale_obs=True,
         scale_obs=False,
@@ -174,7 +174,7 @@ class EnvInfo:
 def random_play_observations(level_name: str, count: int, seed: int) -> np.ndarray:
     """[count, *obs] observations, one after each of `count` random actions (a finished
     episode is reset and play goes on); for checking what a network makes of real screens."""
-    env = create_env(EnvSettings(level_name), seed=seed)
+    env = create_env(EnvConfig(level_name), seed=seed)
     env.reset()
     observations = []
     try:
@@ -188,25 +188,25 @@ def random_play_observations(level_name: str, count: int, seed: int) -> np.ndarr
     return np.stack(observations)
 
 
-def describe_env(settings: EnvSettings) -> EnvInfo:
+def describe_env(config: EnvConfig) -> EnvInfo:
     """Observation shape/dtype and action count, so learners can build nets without stepping."""
-    env = create_env(settings)
+    env = create_env(config)
     try:
-        return env_info(env, settings)
+        return env_info(env, config)
     finally:
         env.close()
 
 
-def env_info(env: gym.Env, settings: EnvSettings) -> EnvInfo:
-    """What an environment made from `settings` looks like to an agent and on the wire."""
+def env_info(env: gym.Env, config: EnvConfig) -> EnvInfo:
+    """What an environment made from `config` looks like to an agent and on the wire."""
     if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ValueError(f"{settings.level_name}: IMPALA here needs a discrete action space, "
+        raise ValueError(f"{config.level_name}: IMPALA here needs a discrete action space, "
                          f"got {env.action_space}")
     space = env.observation_space
     return EnvInfo(
         observation_shape=tuple(space.shape),
         observation_dtype=np.dtype(space.dtype),
         num_actions=int(env.action_space.n),
-        frames_per_step=settings.num_action_repeats if is_atari(settings.level_name) else 1,
-        frame_stack=frame_stack_of(settings.level_name),
+        frames_per_step=config.num_action_repeats if is_atari(config.level_name) else 1,
+        frame_stack=frame_stack_of(config.level_name),
     )

@@ -22,9 +22,9 @@ def load_policy(cfg: Config) -> tuple[Agent, Path]:
     run_dir = cfg.run_dir
     path = run_dir / checkpoint.CHECKPOINT_NAME
     state = checkpoint.load(path, cfg.to_dict())
-    env = create_env(cfg.env_settings)
+    env = create_env(cfg.env_config)
     algorithm = build_algorithm(cfg)
-    model = build_agent(cfg.agent_name, env_info(env, cfg.env_settings), algorithm)
+    model = build_agent(cfg.agent_name, env_info(env, cfg.env_config), algorithm)
     env.close()
     checkpoint.restore_model(model, state, path, algorithm.old_head_names)
     model.eval()
@@ -80,7 +80,7 @@ def test(cfg: Config) -> tuple[float, float]:
     returns: list[float] = []
     for first in range(0, total, PARALLEL_EPISODES):
         count = min(PARALLEL_EPISODES, total - first)
-        envs = [create_env(cfg.env_settings) for _ in range(count)]
+        envs = [create_env(cfg.env_config) for _ in range(count)]
         seeds = [cfg.seed + first + i for i in range(count)]
         for i, (episode_return, length) in enumerate(play_episodes(model, algorithm, envs,
                                                                    seeds)):
@@ -99,7 +99,7 @@ def video(cfg: Config) -> Path:
     import cv2
 
     model, run_dir = load_policy(cfg)
-    env = create_env(cfg.env_settings, render_mode="rgb_array")
+    env = create_env(cfg.env_config, render_mode="rgb_array")
     path = run_dir / "video.mp4"
     writer = None
 

@@ -55,11 +55,11 @@ def add_config_flags(parser: argparse.ArgumentParser, argv: list[str] | None = N
         _add_flag(group, f, presets, shown, listed.get(f.name))
     groups: dict[type, list[str]] = {}
     for key, cls in algorithms.items():
-        groups.setdefault(cls.settings_class, []).append(key)
-    for settings_class, keys in groups.items():
-        if dataclasses.fields(settings_class):
+        groups.setdefault(cls.flags_class, []).append(key)
+    for flags_class, keys in groups.items():
+        if dataclasses.fields(flags_class):
             group = parser.add_argument_group(f"flags of --algorithm={'/'.join(keys)}")
-            for f in dataclasses.fields(settings_class):
+            for f in dataclasses.fields(flags_class):
                 _add_flag(group, f, presets, f.default)
     for name in RETIRED_FLAGS:
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
@@ -91,7 +91,7 @@ def flag_names(algorithm: str | None) -> set[str]:
     names = {f.name for f in shared_fields()}
     for cls in known_algorithms(*([algorithm] if algorithm and ":" in algorithm else [])
                                 ).values():
-        names |= {f.name for f in dataclasses.fields(cls.settings_class)}
+        names |= {f.name for f in dataclasses.fields(cls.flags_class)}
     return names
 
 

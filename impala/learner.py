@@ -34,7 +34,7 @@ from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.unroll import UnrollLayout
-from impala.update import Update, UpdateSettings, UpdateStats
+from impala.update import Update, UpdateConfig, UpdateStats
 from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
@@ -59,7 +59,7 @@ class Learner:
         self.checkpoint_path = self.run_dir / checkpoint.CHECKPOINT_NAME
         self.keys = auth.ensure_keys(self.run_dir) if cfg.auth == "curve" else None
 
-        env_info = describe_env(cfg.env_settings)
+        env_info = describe_env(cfg.env_config)
         self.algorithm = build_algorithm(cfg)
         self.model = build_agent(cfg.agent_name, env_info, self.algorithm).to(self.device)
         self.model.channels_last = cfg.uses_channels_last(self.device, self.model, training=True)
@@ -84,7 +84,7 @@ class Learner:
         # After prepare: a target network copies the weights every rank now shares.
         self.update = Update(self.model, self.optimizer, backend,
                              self.algorithm.learning(self.model), self.replay, self.device,
-                             UpdateSettings.of(cfg))
+                             UpdateConfig.of(cfg))
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
                  parameter_checksum(self.model))

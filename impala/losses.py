@@ -19,7 +19,7 @@ from impala.rewards import clip_rewards
 
 
 @dataclass(frozen=True)
-class LossSettings:
+class ImpalaLossConfig:
     discounting: float = 0.99
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
@@ -92,7 +92,7 @@ def impala_loss(
     actions: torch.Tensor,
     rewards: torch.Tensor,
     done: torch.Tensor,
-    settings: LossSettings,
+    config: ImpalaLossConfig,
     column_weights: torch.Tensor | None = None,
     replayed: torch.Tensor | None = None,
 ) -> LossStats:
@@ -116,8 +116,8 @@ def impala_loss(
     bootstrap_value = baseline[-1]
     target_logits, baseline = target_logits[:-1], baseline[:-1]
     behavior_logits, actions = behavior_logits[:-1], actions[:-1]
-    rewards = clip_rewards(rewards[1:].float(), settings.reward_clipping)
-    discounts = (~done[1:].bool()).float() * settings.discounting
+    rewards = clip_rewards(rewards[1:].float(), config.reward_clipping)
+    discounts = (~done[1:].bool()).float() * config.discounting
 
     returns = vtrace.from_logits(
         behavior_policy_logits=behavior_logits,
@@ -138,9 +138,9 @@ def impala_loss(
     if replayed is not None:
         replayed = replayed.bool()
         fresh = (~replayed).to(baseline.dtype)
-        if settings.trust_region_threshold > 0:
+        if config.trust_region_threshold > 0:
             inside = trust_region_mask(target_logits.detach(), behavior_logits,
-                                       settings.trust_region_threshold)
+                                       config.trust_region_threshold)
             outside = ~inside & replayed
             step_weights = step_weights * (~outside).to(step_weights.dtype)
             replayed_steps = replayed.sum() * len(actions)
@@ -154,8 +154,8 @@ def impala_loss(
     # bonus would shrink to 1 / (1 + r) of its weight against the policy gradient at
     # replay ratio r (Pong at r = 4: entropy ~1.3 against ~1.6 without replay).
     entropy_weight = actions.numel() / fresh_steps
-    total = (pg + settings.baseline_cost * value
-             + settings.entropy_cost * entropy_weight * neg_entropy)
+    total = (pg + config.baseline_cost * value
+             + config.entropy_cost * entropy_weight * neg_entropy)
     return LossStats(
         total_loss=total,
         pg_loss=pg.detach(),

@@ -25,7 +25,7 @@ import torch
 
 from impala.replay import ReplayMemory, ReplaySample
 from impala.rollout import Batch
-from impala.settings import ReplaySchedule
+from impala.schedules import ReplaySchedule
 from impala.unroll import UnrollLayout, write_batch_column
 
 log = logging.getLogger("learner")

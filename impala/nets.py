@@ -294,7 +294,7 @@ def _init_relu_torso_and_heads(agent: Agent) -> None:
     Why: under PyTorch's default init each ReLU layer shrinks the signal's variance about
     six-fold, so on Pong's near-constant screens the 512 features varied by 3e-4 from frame
     to frame, against 1.0 for the one-hot last action beside them: the heads could barely see
-    the game, and Pong sat at -20.3 for 9M frames (docs/notes/pong-init-and-step-size.md).
+    the game, and Pong sat at -20.3 for 9M frames.
     Gain sqrt(2) keeps the variance through ReLUs (25x more variation at the features).
     """
     for module in agent.modules():

@@ -11,8 +11,7 @@ starts at 0, so its first update moves every weight by about lr / sqrt(1 - decay
 in the direction of its gradient's sign; and its epsilon is added outside the square root,
 so an epsilon of 0.01 bounds the denominator by 0.01 instead of 0.1. With the paper's
 settings that made the first Pong updates blow the network up: the global gradient norm
-went 6 -> 98 -> 172 -> 560 -> 842 in 20 updates and the policy never recovered
-(docs/notes/pong-init-and-step-size.md).
+went 6 -> 98 -> 172 -> 560 -> 842 in 20 updates and the policy never recovered.
 """
 
 from __future__ import annotations
@@ -20,17 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import torch
-
-
-def scheduled_learning_rate(base: float, frames: int, budget: int, hold_fraction: float) -> float:
-    """The learning rate after `frames` of a `budget` of frames: `base` for the first
-    `hold_fraction` of the budget, then falling linearly to 0 at the budget. A hold of 0 is
-    the paper's anneal from the first frame; a hold of 1 keeps `base` to the end. Holding
-    lets a late riser climb at the full rate and still settles it at the end."""
-    hold_frames = hold_fraction * budget
-    if frames <= hold_frames or hold_fraction >= 1.0:
-        return base
-    return base * max(0.0, (budget - frames) / (budget - hold_frames))
 
 
 class RMSpropTF(torch.optim.Optimizer):

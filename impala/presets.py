@@ -92,7 +92,7 @@ def _flag_defaults(algorithm: str) -> dict[str, Any]:
     """Every flag a run of `algorithm` has (the shared ones and its own), by its default."""
     defaults = {f.name: f.default for f in shared_fields()}
     return defaults | {f.name: f.default
-                       for f in dataclasses.fields(algorithm_class(algorithm).settings_class)}
+                       for f in dataclasses.fields(algorithm_class(algorithm).flags_class)}
 
 
 def _preset_named(name: str, algorithm: str) -> Preset:
@@ -111,17 +111,18 @@ def config_of(values: dict[str, Any]) -> Config:
     another algorithm's is an error that says whose it is."""
     cls = algorithm_class(values.get("algorithm") or default_algorithm())
     shared = {f.name for f in shared_fields()}
-    own = {f.name for f in dataclasses.fields(cls.settings_class)}
+    own = {f.name for f in dataclasses.fields(cls.flags_class)}
     foreign = sorted(set(values) - shared - own)
     if foreign:
         raise ValueError("; ".join(_foreign_flag(name, values) for name in foreign))
-    settings = cls.settings_class(**{k: v for k, v in values.items() if k in own})
-    return Config(**{k: v for k, v in values.items() if k in shared}, settings=settings)
+    own_flags = cls.flags_class(**{k: v for k, v in values.items() if k in own})
+    return Config(**{k: v for k, v in values.items() if k in shared},
+                  algorithm_flags=own_flags)
 
 
 def _foreign_flag(name: str, values: dict[str, Any]) -> str:
     owners = [key for key, cls in known_algorithms().items()
-              if name in {f.name for f in dataclasses.fields(cls.settings_class)}]
+              if name in {f.name for f in dataclasses.fields(cls.flags_class)}]
     algorithm = values.get("algorithm") or default_algorithm()
     if owners:
         return (f"--{name} is a flag of --algorithm={'/'.join(owners)}; "

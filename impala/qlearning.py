@@ -23,7 +23,7 @@ import torch
 from impala.rewards import clip_rewards
 
 if TYPE_CHECKING:  # a record of numbers; value.py imports this module, not the reverse
-    from impala.algorithms.value import ValueSettings
+    from impala.algorithms.value import QLossConfig
 
 RESCALE_EPSILON = 1e-3  # R2D2's epsilon in h(x)
 
@@ -83,16 +83,16 @@ def n_step_double_q_targets(rewards: torch.Tensor, done: torch.Tensor,
 
 def td_errors(q_taken_from: torch.Tensor, online_q: torch.Tensor, target_q: torch.Tensor,
               rewards: torch.Tensor, done: torch.Tensor, actions: torch.Tensor,
-              settings: ValueSettings, trained: tuple[int, int]) -> torch.Tensor:
+              config: QLossConfig, trained: tuple[int, int]) -> torch.Tensor:
     """delta_t = y_t - Q(x_t, a_t) over the trained steps [first, end): [T', B].
 
     `q_taken_from` [T+1, B, A] gives Q(x_t, a_t) (it may carry the gradient); `online_q`
     picks the bootstrap action and `target_q` values it, both [T+1, B, A]; rewards, done,
-    actions [T+1, B] as the unroll holds them (rewards raw: clipped here as `settings`
+    actions [T+1, B] as the unroll holds them (rewards raw: clipped here as `config`
     says)."""
     targets = n_step_double_q_targets(
-        clip_rewards(rewards.float(), settings.reward_clipping), done, online_q, target_q,
-        settings.discounting, settings.n_step, settings.rescaled)
+        clip_rewards(rewards.float(), config.reward_clipping), done, online_q, target_q,
+        config.discounting, config.n_step, config.rescaled)
     first, end = trained
     taken = q_taken_from[first:end].gather(-1, actions[first:end].long().unsqueeze(-1))
     return targets[first:end] - taken.squeeze(-1)

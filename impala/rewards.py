@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from impala.settings import REWARD_CLIPPING_MODES
+if TYPE_CHECKING:  # tensor methods only: the flags read the modes without loading torch
+    import torch
+
+REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
 
 
 def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
@@ -17,8 +20,8 @@ def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "abs_one":
         return rewards.clamp(-1.0, 1.0)
     if mode == "soft_asymmetric":
-        squeezed = torch.tanh(rewards / 5.0)
-        return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+        squeezed = (rewards / 5.0).tanh()
+        return squeezed.where(rewards >= 0, 0.3 * squeezed) * 5.0
     if mode == "none":
         return rewards
     raise ValueError(f"reward_clipping must be one of {REWARD_CLIPPING_MODES}, got {mode!r}")

@@ -63,7 +63,7 @@ def torso_health(features: torch.Tensor) -> dict[str, torch.Tensor]:
     `feature_std`: the std over the batch's T x B steps, averaged over features;
     `dead_features`: the share of features that are zero at every step (dead ReLUs). A
     torso whose `feature_std` falls to ~0 shows the heads the same input on every screen:
-    nothing can be learned (docs/notes/pong-init-and-step-size.md)."""
+    nothing can be learned."""
     flat = features.flatten(0, 1).float()
     return {"feature_std": flat.std(dim=0).mean(),
             "dead_features": (flat == 0).all(dim=0).float().mean()}

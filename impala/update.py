@@ -21,8 +21,8 @@ from impala.algorithm import Learning
 from impala.distributed import Backend
 from impala.mixing import UnrollReplay
 from impala.nets import Agent
-from impala.optim import scheduled_learning_rate
 from impala.rollout import Batch, core_state, to_device, with_stacks
+from impala.schedules import scheduled_learning_rate
 from impala.step import StepResult, learn_step, torso_health, untimed
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class UpdateSettings:
+class UpdateConfig:
     learning_rate: float
     total_frames: int  # the frame budget the learning rate anneals over
     lr_hold_fraction: float
@@ -38,7 +38,7 @@ class UpdateSettings:
     max_grad_norm: float
 
     @classmethod
-    def of(cls, cfg: Config) -> UpdateSettings:
+    def of(cls, cfg: Config) -> UpdateConfig:
         return cls(cfg.learning_rate, cfg.total_environment_frames, cfg.lr_hold_fraction,
                    cfg.passes, cfg.gradients_clipping)
 
@@ -94,17 +94,17 @@ def tensor_operations(call: Callable[[], object]) -> int:
 class Update:
     def __init__(self, model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                  learning: Learning, replay: UnrollReplay | None, device: torch.device,
-                 settings: UpdateSettings, phases: PhaseTimes | None = None) -> None:
+                 config: UpdateConfig, phases: PhaseTimes | None = None) -> None:
         self.model, self.optimizer, self.backend = model, optimizer, backend
         self.learning, self.replay = learning, replay
-        self.device, self.settings = device, settings
+        self.device, self.config = device, config
         self.phase = phases or untimed
 
     def __call__(self, batch: Batch, number: int, frames_before: int,
                  frames_after: int) -> UpdateStats:
         """Update number `number` (from 0) on a full batch; `frames_before`/`after`: the
         run's frames over all learners before and after it (every rank passes the same)."""
-        s = self.settings
+        s = self.config
         learning_rate = scheduled_learning_rate(s.learning_rate, frames_before,
                                                 s.total_frames, s.lr_hold_fraction)
         for group in self.optimizer.param_groups:

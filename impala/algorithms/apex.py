@@ -20,7 +20,7 @@ CLASSIC = Preset(
             "target_update_frames": 1_600, "reward_clipping": "none",
             "total_environment_frames": 500_000},
     rule="many small updates (160 transitions each), the default RMSProp",
-    record="sandbox/value.md (\"Measured\")")
+    record=("tests/e2e/test_value_learning.py::test_apex_learns_cartpole_with_its_defaults",))
 ATARI = Preset(
     name="apex_atari", families=("atari",),
     values={"batch_size": 2, "learning_rate": 0.001, **QUIET_RMSPROP, "replay_ratio": 3.0,
@@ -30,14 +30,15 @@ ATARI = Preset(
     rule="a target copy every 32K frames (Rainbow's period), many small updates (2 fresh "
          "and 6 replayed unrolls) at a constant, larger rate, DQN's anneal over the first "
          "500K frames: updates per frame and their size, not the batch, limit learning",
-    record="sandbox/value.md (\"Why Ape-X learned nothing on Pong\", \"Ape-X on Pong\")")
+    record=("apex-pong-preset-s1", "apex-pong-preset-s2", "apex-pong-preset-s1-b"))
 IMAGE = Preset(
     name="apex_image", families=("image",),
     values={**ATARI.values, "target_update_frames": 2_880, "exploration_frames": 0,
             "total_environment_frames": 500_000},
     rule="apex_atari with a target copy every 2,880 frames and no anneal: small tasks, "
          "rewards tens of steps apart, no action repeat",
-    record="sandbox/value.md (\"Why Ape-X learned nothing on Pong\", \"The CI test\")")
+    record=("tests/e2e/test_value_learning.py::"
+            "test_apex_learns_a_reward_paid_25_steps_later_through_the_atari_data_path",))
 
 
 class ApeX(ValueBased):

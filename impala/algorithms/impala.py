@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     import torch
 
     from impala.config import Config
-    from impala.losses import LossSettings
+    from impala.losses import ImpalaLossConfig
     from impala.nets import Agent
 
 
 @dataclass(frozen=True)
-class ImpalaSettings:
+class ImpalaFlags:
     entropy_cost: float = flag(0.01, "weight of the entropy bonus")
     baseline_cost: float = flag(0.5, "weight of the baseline loss")
     trust_region_threshold: float = flag(0.0, "LASER's trust region: replayed steps whose "
@@ -48,21 +48,25 @@ ATARI = Preset(
             "priority_exponent": 0.6, "trust_region_threshold": 0.3},
     rule="4x the paper's updates per frame at 2x its rate, held for 80% of the budget; "
          "LASER replay of the last 3,000 unrolls, 4 per fresh one for 2M frames, then 3",
-    record="sandbox/replay.md (\"The preset repeated on the code as it stands\"); "
-           "sandbox/pong_curve.md (\"Step sizes\", \"Pong with the defaults\")")
+    record=("impala-pong-preset-s1", "impala-pong-preset-s1-b", "impala-pong-preset-s1-c",
+            "impala-pong-preset-s1-d", "impala-pong-preset-s2", "impala-pong-preset-s2-b",
+            "impala-pong-preset-s2-c",
+            "tests/e2e/test_training.py::"
+            "test_an_image_task_that_needs_stacked_frames_is_learned_with_the_defaults"))
 CLASSIC = Preset(
     name="classic", families=("classic",),
     values={"agent_name": "MLPAgent", "num_envs": 16, "batch_size": 16,
             "learning_rate": 0.005, "baseline_cost": 0.25, "discounting": 0.98,
             "total_environment_frames": 300_000},
     rule="small fast updates for vector observations",
-    record="sandbox/pong_curve.md (\"CartPole\")")
+    record=("tests/e2e/test_training.py::"
+            "test_cartpole_is_learned_within_the_frame_budget_with_the_defaults",))
 
 
 class Impala(Algorithm):
     name = "impala"
     is_default = True
-    settings_class = ImpalaSettings
+    flags_class = ImpalaFlags
     presets = (ATARI, CLASSIC)
     heads = (Head("policy_logits", per_action=True, init_gain=0.01),
              Head("baseline", per_action=False, init_gain=1.0))
@@ -77,18 +81,18 @@ class Impala(Algorithm):
 
     @classmethod
     def problems(cls, cfg: Config):
-        if not cfg.settings.trust_region_threshold >= 0:
+        if not cfg.algorithm_flags.trust_region_threshold >= 0:
             yield (f"--trust_region_threshold must be >= 0, got "
-                   f"{cfg.settings.trust_region_threshold}")
+                   f"{cfg.algorithm_flags.trust_region_threshold}")
 
     def exploration(self, first_env: int, count: int, total: int) -> Exploration:
         return SampleFromPolicy()
 
     def learning(self, model: Agent) -> Learning:
-        from impala.losses import LossSettings
+        from impala.losses import ImpalaLossConfig
 
-        s, cfg = self.settings, self.cfg
-        return ImpalaLearning(LossSettings(cfg.discounting, s.baseline_cost, s.entropy_cost,
+        s, cfg = self.flags, self.cfg
+        return ImpalaLearning(ImpalaLossConfig(cfg.discounting, s.baseline_cost, s.entropy_cost,
                                            cfg.reward_clipping, s.trust_region_threshold))
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -106,8 +110,8 @@ class SampleFromPolicy(Exploration):
 
 
 class ImpalaLearning(Learning):
-    def __init__(self, settings: LossSettings) -> None:
-        self.settings = settings
+    def __init__(self, config: ImpalaLossConfig) -> None:
+        self.config = config
 
     def loss(self, model: Agent, batch: dict[str, torch.Tensor],
              core_state: tuple[torch.Tensor, ...]) -> LossResult:
@@ -119,7 +123,7 @@ class ImpalaLearning(Learning):
         stats = impala_loss(
             target_logits=output.heads["policy_logits"], baseline=output.heads["baseline"],
             behavior_logits=batch["policy_logits"], actions=batch["action"],
-            rewards=batch["reward"], done=batch["done"], settings=self.settings,
+            rewards=batch["reward"], done=batch["done"], config=self.config,
             column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),
         )
         scalars = {"pg_loss": stats.pg_loss, "baseline_loss": stats.baseline_loss,

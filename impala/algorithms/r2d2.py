@@ -20,20 +20,23 @@ CLASSIC = Preset(
     name="r2d2_classic", families=("classic",),
     values={**SEQUENCES, "agent_name": "MLPLSTMAgent", "target_update_frames": 4_000,
             "total_environment_frames": 500_000},
-    rule=RULE, record="sandbox/value.md (\"Measured\")")
+    rule="r2d2_image's values for vector observations; learning there is unmeasured",
+    record=())
 IMAGE = Preset(
     name="r2d2_image", families=("image",),
     values={**SEQUENCES, "agent_name": "MLPLSTMAgent", "target_update_frames": 4_000,
             "total_environment_frames": 500_000},
-    rule=RULE, record="sandbox/value.md (\"Measured\")")
+    rule=RULE,
+    record=("tests/e2e/test_value_learning.py::"
+            "test_r2d2_remembers_a_cue_its_frame_stack_no_longer_shows",))
 ATARI = Preset(
     name="r2d2_atari", families=("atari",),
     values={**SEQUENCES, "agent_name": "SimpleConvNetLSTMAgent",
             "target_update_frames": 16_000, "lr_hold_fraction": 1.0,
             "total_environment_frames": 10_000_000},
-    rule="the paper's network (Nature torso, LSTM 512: ~10x the ResNet-LSTM's learner "
-         "speed) and sequences; a constant rate; a target copy every 50 updates",
-    record="sandbox/value.md (\"R2D2 on Atari\")")
+    rule="the paper's network (Nature torso, LSTM 512) and sequences; a constant rate; a "
+         "target copy every 50 updates; learning on Atari is unmeasured",
+    record=())
 
 
 class R2D2(ValueBased):

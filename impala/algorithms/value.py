@@ -4,7 +4,7 @@ trains a dueling double-Q network on n-step targets (qlearning.py) against a tar
 copied every `--target_update_frames` frames, with an optional burn-in of the recurrent
 state. Tensor code is imported inside the methods that act or learn (impala/algorithm.py).
 
-Departures from the papers, and why (docs/algorithms.md):
+Departures from the papers, and why:
 - Replay holds unrolls (sequences), not single transitions, for Ape-X too, so one format
   (unroll.py: frames once per step) serves every algorithm. An unroll's priority is the
   mix eta max|delta| + (1 - eta) mean|delta| of its trained transitions (R2D2: eta 0.9;
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 GREEDY_EPSILON = 0.01  # environments exploring at most this much show the greedy policy
 # The value-based presets' RMSProp: a small epsilon (inside the root), since the loss is a
-# mean over transitions whose small gradients the default 0.01 shrank ~30-fold (value.md).
+# mean over transitions whose small gradients the default 0.01 shrinks ~30-fold.
 QUIET_RMSPROP = {"decay": 0.95, "epsilon": 1e-6}
 
 
@@ -66,17 +66,18 @@ class ValueFlags:
 
 
 @dataclass(frozen=True)
-class ValueSettings:
-    """What the learner computes with: the flags, the shared ones it needs, and each
-    algorithm's constants."""
+class QLossConfig:
+    """What the value-based loss computes with, gathered from the run's flags (shared and
+    ValueFlags) and the algorithm's constants; no defaults of its own, so none can drift
+    from the flags'."""
 
-    discounting: float = 0.99
-    n_step: int = 3
-    burn_in: int = 0  # steps that only warm the recurrent state up (R2D2)
-    reward_clipping: str = "abs_one"
-    rescaled: bool = False  # R2D2's invertible value rescaling h instead of clipping
-    priority_eta: float = 0.0  # priority = eta max|delta| + (1 - eta) mean|delta|
-    target_update_frames: int = 32_000  # frames (all learners) between target copies
+    discounting: float
+    n_step: int
+    burn_in: int  # steps that only warm the recurrent state up (R2D2)
+    reward_clipping: str
+    rescaled: bool  # R2D2's invertible value rescaling h instead of clipping
+    priority_eta: float  # priority = eta max|delta| + (1 - eta) mean|delta|
+    target_update_frames: int  # frames (all learners) between target copies
 
     @property
     def overlap(self) -> int:
@@ -89,7 +90,7 @@ class ValueSettings:
 class ValueBased(Algorithm):
     """Ape-X and R2D2 subclass this and set `rescaled` and `priority_eta`."""
 
-    settings_class = ValueFlags
+    flags_class = ValueFlags
     heads = (Head("advantage", per_action=True, init_gain=0.01),
              Head("value", per_action=False, init_gain=1.0))
     recorded = "q_values"  # what the actor was greedy in, for its priorities
@@ -107,15 +108,15 @@ class ValueBased(Algorithm):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__(cfg)
-        flags = self.settings
-        self.value_settings = ValueSettings(
+        flags = self.flags
+        self.loss_config = QLossConfig(
             discounting=cfg.discounting, n_step=flags.n_step, burn_in=flags.burn_in,
             reward_clipping=cfg.reward_clipping, rescaled=self.rescaled,
             priority_eta=self.priority_eta, target_update_frames=flags.target_update_frames)
 
     @classmethod
     def problems(cls, cfg: Config):
-        flags = cfg.settings
+        flags = cfg.algorithm_flags
         if flags.n_step < 1:
             yield f"--n_step must be >= 1, got {flags.n_step}"
         if flags.burn_in < 0:
@@ -134,25 +135,25 @@ class ValueBased(Algorithm):
 
     @property
     def overlap(self) -> int:
-        return self.value_settings.overlap
+        return self.loss_config.overlap
 
     @property
     def trained(self) -> tuple[int, int]:
         from impala.qlearning import trained_steps
 
-        s = self.value_settings
+        s = self.loss_config
         return trained_steps(self.cfg.unroll_length, s.burn_in, s.overlap)
 
     def exploration(self, first_env: int, count: int, total: int) -> Exploration:
         from impala.qlearning import exploration_epsilons
 
-        epsilons = exploration_epsilons(first_env, count, total, self.settings.actor_epsilon,
-                                        self.settings.actor_epsilon_alpha)
-        return EpsilonGreedy(epsilons, self.value_settings, self.trained, first_env, total,
-                             self.settings.exploration_frames)
+        epsilons = exploration_epsilons(first_env, count, total, self.flags.actor_epsilon,
+                                        self.flags.actor_epsilon_alpha)
+        return EpsilonGreedy(epsilons, self.loss_config, self.trained, first_env, total,
+                             self.flags.exploration_frames)
 
     def learning(self, model: Agent) -> Learning:
-        return ValueLearning(self.value_settings, self.trained, model)
+        return ValueLearning(self.loss_config, self.trained, model)
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
         from impala.qlearning import dueling_q
@@ -165,13 +166,13 @@ class EpsilonGreedy(Exploration):
     environments), floored for the run's first `exploration_frames` by DQN's linear anneal
     from 1; each unroll's first priority from the Q-values it acted on."""
 
-    def __init__(self, epsilons: torch.Tensor, settings: ValueSettings,
+    def __init__(self, epsilons: torch.Tensor, config: QLossConfig,
                  trained: tuple[int, int], first_env: int, total: int,
                  exploration_frames: int = 0) -> None:
         self.own_epsilons = epsilons  # [N] Ape-X's, for good
         self.epsilon_tensor = epsilons  # [N] now
         self.epsilons = epsilons.numpy()
-        self.settings = settings
+        self.config = config
         self.trained = trained
         self.first_env, self.total = first_env, total
         self.exploration_frames = exploration_frames
@@ -199,8 +200,8 @@ class EpsilonGreedy(Exploration):
         q = torch.from_numpy(steps.recorded)  # [T+1, N, A]
         errors = td_errors(q, q, q, torch.from_numpy(steps.reward),
                            torch.from_numpy(steps.done), torch.from_numpy(steps.action),
-                           self.settings, self.trained)
-        return sequence_priorities(errors, self.settings.priority_eta).numpy()
+                           self.config, self.trained)
+        return sequence_priorities(errors, self.config.priority_eta).numpy()
 
     def describe(self) -> str:
         floor = (f", at least 1 - frames / {self.exploration_frames} until then"
@@ -217,8 +218,8 @@ class ValueLearning(Learning):
     whatever the batch, the unroll length or the number of learners; the frames are
     global, so every rank copies on the same update and ranks stay bit-identical."""
 
-    def __init__(self, settings: ValueSettings, trained: tuple[int, int], model: Agent) -> None:
-        self.settings = settings
+    def __init__(self, config: QLossConfig, trained: tuple[int, int], model: Agent) -> None:
+        self.config = config
         self.trained = trained
         self.target = copy.deepcopy(model)
         self.target.requires_grad_(False)
@@ -236,12 +237,12 @@ class ValueLearning(Learning):
             target_output, _ = self.target(*inputs, core_state)
             target_q = dueling_q(target_output.heads["value"], target_output.heads["advantage"])
         errors = td_errors(q, q.detach(), target_q, batch["reward"], batch["done"],
-                           batch["action"], self.settings, self.trained)
+                           batch["action"], self.config, self.trained)
         weights = batch.get(IMPORTANCE_WEIGHT)
         if weights is None:
             weights = torch.ones(errors.shape[1], device=errors.device)
         loss = 0.5 * (errors.pow(2) * weights.to(errors)).mean()
-        priorities = sequence_priorities(errors.detach(), self.settings.priority_eta)
+        priorities = sequence_priorities(errors.detach(), self.config.priority_eta)
         first, end = self.trained
         scalars = {"td_error": errors.detach().abs().mean(),
                    "q_value": q[first:end].detach().max(dim=-1).values.mean()}
@@ -256,7 +257,7 @@ class ValueLearning(Learning):
 
         from impala.qlearning import dueling_q
 
-        burn_in = self.settings.burn_in
+        burn_in = self.config.burn_in
         if burn_in:
             with torch.no_grad():
                 warm, core_state = model(*(x[:burn_in] for x in inputs), core_state)
@@ -269,6 +270,6 @@ class ValueLearning(Learning):
         return q, output.features.detach()
 
     def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
-        period = self.settings.target_update_frames
+        period = self.config.target_update_frames
         if frames_after // period > frames_before // period:
             self.target.load_state_dict(model.state_dict())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from impala.launcher import logged, tmux
 from impala.launcher.cluster import ClusterFileError, WorkerSpec, read_cluster_csv
-from impala.launcher.plan import ClusterRecord, FrontendOptions, Process, ssh_settings
+from impala.launcher.plan import ClusterRecord, FrontendOptions, Process, ssh_options_of
 from impala.launcher.ssh import HostAccess, host_access, run_remote
 
 LEARNER_STOP_GRACE_S = 90.0  # learners save a checkpoint on SIGTERM
@@ -35,14 +35,14 @@ def _recorded_access(process: Process, opts: FrontendOptions, csv_path: str) -> 
     """The login recorded at start; its password, if it had one, from the CSV row with the
     same host and user (not the same line: the file may have been edited since)."""
     if not process.ssh:  # recorded by a version that kept only the CSV line
-        return host_access(_workers_by_line(csv_path)[process.csv_line], ssh_settings(opts))
+        return host_access(_workers_by_line(csv_path)[process.csv_line], ssh_options_of(opts))
     access = HostAccess(**process.ssh)
     if not process.ssh_password_in_csv:
         return access
-    settings = ssh_settings(opts)
+    options = ssh_options_of(opts)
     for worker in _workers_by_line(csv_path).values():
         if worker.ip == process.host and worker.ssh_password \
-                and host_access(worker, settings).username == access.username:
+                and host_access(worker, options).username == access.username:
             return dataclasses.replace(access, password=worker.ssh_password)
     raise KeyError(f"{csv_path} no longer has a password for {access.label}")
 

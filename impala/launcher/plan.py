@@ -26,7 +26,7 @@ from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from impala.launcher.ssh import (
     HostAccess,
     PreflightCheck,
-    SshSettings,
+    SshOptions,
     host_access,
     is_local,
     local_addresses,
@@ -195,7 +195,7 @@ def place_workers(cfg: Config, opts: FrontendOptions,
                   workers: list[WorkerSpec]) -> dict[int, Placement]:
     """Each row's placement, by CSV line."""
     addresses = local_addresses()
-    settings = ssh_settings(opts)
+    options = ssh_options_of(opts)
     learner_ips = {w.ip for w in workers if w.job == "learner"}
     placements = {}
     for worker in workers:
@@ -205,7 +205,7 @@ def place_workers(cfg: Config, opts: FrontendOptions,
             line=worker.line, local=local, workdir=workdir,
             python=python_of(worker, local, workdir, opts),
             run_dir=str(cfg.run_dir_on(workdir)),
-            access=None if local else host_access(worker, settings),
+            access=None if local else host_access(worker, options),
             learner_host=worker.ip in learner_ips)
     return placements
 
@@ -222,7 +222,7 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
         launches.append(LearnerLaunch(group.learner.ip, group.learner.port, place.python,
                                       place.workdir, group.learner.cuda_visible_devices))
     mpi = mpirun_command(launches, common, MpiOptions(
-        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(ssh_settings(opts)),
+        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(ssh_options_of(opts)),
         master_port=opts.master_port, horovod_cycle_time_ms=opts.horovod_cycle_time_ms))
     pidfile, log = str(run_dir / "pids" / "learners.pid"), str(run_dir / "mpirun.log")
     learners = Process(
@@ -272,7 +272,7 @@ def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place
             transport += ["--ssh_config", opts.ssh_config]
         transport += ["--", "sh", "-c", remote_line]
     else:
-        transport = [*openssh_argv(place.access, ssh_settings(opts), tty=True), remote_line]
+        transport = [*openssh_argv(place.access, ssh_options_of(opts), tty=True), remote_line]
     local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
     login = {k: v for k, v in asdict(place.access).items() if k != "password"}
     return Process(name, "actor", worker.ip, False, title, place.workdir,
@@ -290,8 +290,8 @@ def logged_argv(command: list[str], pidfile: str, log: str | None = None,
             *(["--log", log] if log else []), "--", *command]
 
 
-def ssh_settings(opts: FrontendOptions) -> SshSettings:
-    return SshSettings(config_file=opts.ssh_config, options=tuple(shlex.split(opts.ssh_options)))
+def ssh_options_of(opts: FrontendOptions) -> SshOptions:
+    return SshOptions(config_file=opts.ssh_config, options=tuple(shlex.split(opts.ssh_options)))
 
 
 def describe_plan(plan: Plan) -> str:

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from impala.launcher.cluster import read_cluster_csv
-from impala.launcher.ssh import SshSettings, connect, host_access
+from impala.launcher.ssh import SshOptions, connect, host_access
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = {w.line: w for w in read_cluster_csv(args.csv)}
     if args.line not in workers:
         parser.error(f"{args.csv} has no worker on line {args.line}")
-    access = host_access(workers[args.line], SshSettings(config_file=args.ssh_config))
+    access = host_access(workers[args.line], SshOptions(config_file=args.ssh_config))
     client = connect(access)
     channel = client.get_transport().open_session()
     channel.get_pty()

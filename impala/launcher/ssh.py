@@ -1,5 +1,5 @@
 """SSH to the cluster's hosts: paramiko for checks and remote commands, and the OpenSSH
-command line for tmux panes and mpirun, both from the same settings.
+command line for tmux panes and mpirun, both from the same options.
 
 Passwords come from the CSV only. They are handed to paramiko and are never printed,
 logged or put on a command line. OpenSSH (panes, mpirun) is used with keys only.
@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class SshSettings:
+class SshOptions:
     config_file: str = ""  # -F for OpenSSH; read by paramiko too
     options: tuple[str, ...] = ()  # extra OpenSSH options, e.g. ("-o", "BatchMode=yes")
 
@@ -66,11 +66,11 @@ def is_local(ip: str, addresses: set[str] | None = None) -> bool:
     return ip in (addresses if addresses is not None else local_addresses())
 
 
-def host_access(worker: WorkerSpec, settings: SshSettings) -> HostAccess:
+def host_access(worker: WorkerSpec, options: SshOptions) -> HostAccess:
     """CSV values first, then ssh_config (User, Port, IdentityFile, StrictHostKeyChecking)."""
     config = paramiko.SSHConfig()
-    if settings.config_file:
-        config = paramiko.SSHConfig.from_path(settings.config_file)
+    if options.config_file:
+        config = paramiko.SSHConfig.from_path(options.config_file)
     else:
         default = Path.home() / ".ssh" / "config"
         if default.exists():
@@ -172,12 +172,12 @@ def problems_in_parallel(task: Callable[[T], str | None], items: list[T]) -> lis
         return [problem for problem in pool.map(task, items) if problem]
 
 
-def openssh_argv(access: HostAccess, settings: SshSettings, tty: bool = False) -> list[str]:
+def openssh_argv(access: HostAccess, options: SshOptions, tty: bool = False) -> list[str]:
     """`ssh [-F cfg] [options] -p PORT [-i KEY] user@host` (keys only, never a password)."""
     argv = ["ssh"]
-    if settings.config_file:
-        argv += ["-F", settings.config_file]
-    argv += list(settings.options)
+    if options.config_file:
+        argv += ["-F", options.config_file]
+    argv += list(options.options)
     if tty:
         argv.append("-tt")  # the remote process gets SIGHUP when this ssh goes away
     argv += ["-o", "BatchMode=yes", "-p", str(access.port)]
@@ -187,14 +187,14 @@ def openssh_argv(access: HostAccess, settings: SshSettings, tty: bool = False) -
     return argv
 
 
-def mpirun_ssh_agent(settings: SshSettings) -> str | None:
-    """The plm_rsh_agent value: the same ssh settings for mpirun as for our own ssh."""
-    if not settings.config_file and not settings.options:
+def mpirun_ssh_agent(options: SshOptions) -> str | None:
+    """The plm_rsh_agent value: the same ssh options for mpirun as for our own ssh."""
+    if not options.config_file and not options.options:
         return None
     parts = ["ssh"]
-    if settings.config_file:
-        parts += ["-F", settings.config_file]
-    parts += list(settings.options)
+    if options.config_file:
+        parts += ["-F", options.config_file]
+    parts += list(options.options)
     return shlex.join(parts)
 
 

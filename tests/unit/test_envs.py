@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from impala.envs import EnvSettings, FireOnReset, create_env, describe_env, is_atari
+from impala.envs import EnvConfig, FireOnReset, create_env, describe_env, is_atari
 
 
 def find_wrapper(env, kind):
@@ -16,7 +16,7 @@ def find_wrapper(env, kind):
 
 @pytest.mark.parametrize("level", ["PongNoFrameskip-v4", "ALE/Pong-v5"])
 def test_atari_observation_is_stacked_grayscale_uint8(level):
-    env = create_env(EnvSettings(level), seed=0)
+    env = create_env(EnvConfig(level), seed=0)
     obs, _ = env.reset()
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     obs, *_ = env.step(0)
@@ -25,7 +25,7 @@ def test_atari_observation_is_stacked_grayscale_uint8(level):
 
 
 def test_width_and_height_flags():
-    info = describe_env(EnvSettings("PongNoFrameskip-v4", width=64, height=48))
+    info = describe_env(EnvConfig("PongNoFrameskip-v4", width=64, height=48))
     assert info.observation_shape == (4, 48, 64)
     assert info.frames_per_step == 4
     assert info.num_actions == 6
@@ -33,7 +33,7 @@ def test_width_and_height_flags():
 
 def test_non_atari_ids_work_unchanged():
     assert not is_atari("CartPole-v1")
-    info = describe_env(EnvSettings("CartPole-v1"))
+    info = describe_env(EnvConfig("CartPole-v1"))
     assert info.observation_shape == (4,) and info.frames_per_step == 1
 
 
@@ -44,7 +44,7 @@ def test_unknown_level_is_a_clear_error():
 
 def test_noop_starts_vary_the_start_of_the_game():
     # Pong's first screens are all alike, so count the frames the no-ops took instead.
-    env = create_env(EnvSettings("PongNoFrameskip-v4"))
+    env = create_env(EnvConfig("PongNoFrameskip-v4"))
     starts = {env.reset(seed=seed)[1]["episode_frame_number"] for seed in range(8)}
     env.close()
     assert len(starts) > 2
@@ -52,8 +52,8 @@ def test_noop_starts_vary_the_start_of_the_game():
 
 
 def test_fire_on_reset_only_for_games_that_need_it():
-    breakout = create_env(EnvSettings("BreakoutNoFrameskip-v4"), seed=0)
-    pacman = create_env(EnvSettings("MsPacmanNoFrameskip-v4"), seed=0)  # has no FIRE action
+    breakout = create_env(EnvConfig("BreakoutNoFrameskip-v4"), seed=0)
+    pacman = create_env(EnvConfig("MsPacmanNoFrameskip-v4"), seed=0)  # has no FIRE action
     assert find_wrapper(breakout, FireOnReset) is not None
     assert find_wrapper(pacman, FireOnReset) is None
     _, info = breakout.reset()
@@ -64,7 +64,7 @@ def test_breakout_life_loss_is_flagged_and_the_return_is_the_whole_game():
     """FIRE on reset launches the first ball without the agent; later balls need the agent's
     FIRE, as in the game. Each lost life but the last is flagged while the game goes on;
     the reported return and length cover the whole game, with the raw rewards."""
-    env = create_env(EnvSettings("BreakoutNoFrameskip-v4"), seed=3)
+    env = create_env(EnvConfig("BreakoutNoFrameskip-v4"), seed=3)
     env.reset()
     life_losses, total_reward, steps = 0, 0.0, 0
     rng = np.random.default_rng(0)
@@ -88,7 +88,7 @@ def test_breakout_life_loss_is_flagged_and_the_return_is_the_whole_game():
 
 
 def test_pong_return_is_the_sum_of_raw_rewards():
-    env = create_env(EnvSettings("PongNoFrameskip-v4"), seed=1)
+    env = create_env(EnvConfig("PongNoFrameskip-v4"), seed=1)
     env.reset()
     rewards = []
     while True:
@@ -109,7 +109,7 @@ def test_recall_shows_its_cue_only_beyond_the_frame_stack(level, cue_in_stack):
     both cues alike; RecallShort's still holds the cue (the feed-forward control)."""
     stacks_at_go = {}
     for seed in range(20):
-        env = create_env(EnvSettings(level), seed=seed)
+        env = create_env(EnvConfig(level), seed=seed)
         obs, _ = env.reset(seed=seed)
         cue = env.unwrapped._cue
         for _ in range(env.unwrapped.gap + 1):

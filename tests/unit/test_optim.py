@@ -98,7 +98,7 @@ def test_it_can_be_rebuilt_from_its_param_groups_as_horovod_does():
 
 
 def test_the_rate_is_held_then_annealed_linearly_to_zero_at_the_budget():
-    from impala.optim import scheduled_learning_rate as rate
+    from impala.schedules import scheduled_learning_rate as rate
 
     # the paper's schedule: linear from the first frame
     assert rate(0.001, 0, 1000, 0.0) == 0.001

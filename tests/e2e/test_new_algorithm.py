@@ -39,10 +39,10 @@ class ToySettings:
 
 class ToyPolicyGradient(Algorithm):
     name = "toy_pg"
-    settings_class = ToySettings
+    flags_class = ToySettings
     presets = (Preset("toy_classic", ("classic",),
                       {"agent_name": "MLPAgent", "batch_size": 4, "learning_rate": 0.003},
-                      rule="small updates for a smoke test", record="tests/"),)
+                      rule="small updates for a test", record=()),)
     heads = (Head("logits", per_action=True, init_gain=0.01),)
     recorded = "logits"
     log_scalars = ("toy_return",)
@@ -50,7 +50,7 @@ class ToyPolicyGradient(Algorithm):
     status = (StatusItem("G", "toy_return", ".2f"),)
 
     def exploration(self, first_env: int, count: int, total: int) -> Exploration:
-        return ToySampling(self.settings.toy_temperature)
+        return ToySampling(self.flags.toy_temperature)
 
     def learning(self, model) -> Learning:
         return ToyLearning(self.cfg.discounting)

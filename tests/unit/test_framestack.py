@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from impala.envs import EnvSettings, create_env
+from impala.envs import EnvConfig, create_env
 from impala.framestack import rebuild_stacks, split_stacks, stack_indices
 
 
@@ -16,7 +16,7 @@ def test_indices_without_and_with_resets():
 
 def test_rebuilt_stacks_equal_the_environments_across_episode_ends():
     """Breakout's 5 lives end quickly with random play: unrolls cross real resets."""
-    env = create_env(EnvSettings("BreakoutNoFrameskip-v4"), seed=0)
+    env = create_env(EnvConfig("BreakoutNoFrameskip-v4"), seed=0)
     obs, _ = env.reset()
     T, checked, resets = 20, 0, 0
     for _ in range(60):

@@ -1,8 +1,8 @@
 """Flags: the original command lines parse; bad values name the flag."""
 
+import csv
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +11,7 @@ from impala.config import Config, parse_host_port
 from impala.flags import flag_names, parse_config
 from impala.presets import config_of, to_argv
 from impala.registry import build_algorithm, builtin_presets
-from tests.helpers import PRESETS
+from tests.helpers import PRESETS, ROOT
 
 ORIGINAL_README_FLAGS = [
     "--level_name=BreakoutNoFrameskip-v4", "--agent_name=SimpleConvNetAgent",
@@ -137,36 +137,38 @@ def test_bad_host_port(text):
 
 
 def test_the_flags_page_lists_every_preset_value():
-    page = (Path(__file__).resolve().parent.parent / "sandbox" / "flags.md").read_text()
+    page = (ROOT / "docs" / "flags.md").read_text()
     for preset, values in PRESETS.items():
         for name, value in values.items():
             assert f"`--{name}={value}`" in page, (preset, name, value)
 
 
-def test_derived_settings_come_from_the_config_alone():
+def test_derived_values_come_from_the_config_alone():
     cfg = config_of({"level_name": "CartPole-v1", "agent_name": "MLPAgent", "logdir": "/tmp/r",
                      "discounting": 0.9, "entropy_cost": 0.02, "num_action_repeats": 1})
     assert str(cfg.run_dir) == "/tmp/r/CartPole-v1_MLPAgent"
-    assert cfg.env_settings.level_name == "CartPole-v1"
-    assert cfg.env_settings.num_action_repeats == 1
-    loss = build_algorithm(cfg).learning(model=None).settings  # IMPALA's: no model needed
+    assert cfg.env_config.level_name == "CartPole-v1"
+    assert cfg.env_config.num_action_repeats == 1
+    loss = build_algorithm(cfg).learning(model=None).config  # IMPALA's: no model needed
     assert (loss.discounting, loss.entropy_cost) == (0.9, 0.02)
     assert str(Config(learner_device="cpu").device_for(3)) == "cpu"
     # auto and cuda: tests/test_machine_defaults.py (one GPU per rank where there are GPUs)
 
 
-def test_every_preset_states_its_rule_and_links_a_record_that_exists():
-    """A preset is a rule and a link to the runs behind it (no run tallies in code): the
-    page it names exists and has each section it names."""
-    root = Path(__file__).resolve().parent.parent
+def test_every_preset_states_its_rule_and_a_record_that_exists():
+    """A preset is a rule and the evidence behind it (no run tallies in code): each record
+    entry is a row of results/runs.csv or a test, and that row or test exists."""
+    with open(ROOT / "results" / "runs.csv", newline="") as table:
+        runs = {row["id"] for row in csv.DictReader(table)}
     for name, preset in builtin_presets().items():
         assert preset.rule and "\n" not in preset.rule, name
-        for page, sections in re.findall(r"(sandbox/[\w.-]+\.md)(?: \(([^)]*)\))?",
-                                         preset.record):
-            headings = [line for line in (root / page).read_text().splitlines()
-                        if line.startswith("#")]
-            for section in re.findall(r'"([^"]+)"', sections):
-                assert any(section in heading for heading in headings), (name, page, section)
+        assert preset.record or "unmeasured" in preset.rule, name
+        for entry in preset.record:
+            if "::" in entry:
+                path, test = entry.split("::")
+                assert re.search(rf"^def {test}\(", (ROOT / path).read_text(), re.M), (name, entry)
+            else:
+                assert entry in runs, (name, entry)
 
 
 def test_a_preset_serves_another_algorithm_only_if_it_sets_nothing_that_one_lacks(capsys):
@@ -174,7 +176,7 @@ def test_a_preset_serves_another_algorithm_only_if_it_sets_nothing_that_one_lack
     do); an Ape-X preset sets what IMPALA has no flag for, and is refused saying which."""
     cfg = parse_config(["--preset=r2d2_image", "--algorithm=apex", "--burn_in=0",
                         "--level_name=impala/Recall-v0"])
-    assert (cfg.algorithm, cfg.preset, cfg.settings.n_step) == ("apex", "r2d2_image", 5)
+    assert (cfg.algorithm, cfg.preset, cfg.algorithm_flags.n_step) == ("apex", "r2d2_image", 5)
     assert parse_config(to_argv(cfg)) == cfg
     with pytest.raises(SystemExit):
         parse_config(["--preset=apex_atari", "--algorithm=impala"])

@@ -26,7 +26,7 @@ from impala.registry import build_algorithm
 from impala.rollout import Batch, core_state, with_stacks
 from impala.unroll import EPISODE_START, FRAMES, OBSERVATION, UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
-from impala.update import Update, UpdateSettings, read_to_host, tensor_operations
+from impala.update import Update, UpdateConfig, read_to_host, tensor_operations
 
 T, B = 6, 3
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -71,8 +71,8 @@ def pong_learner(algorithm: str) -> tuple:
                         f"--batch_size={B}", "--replay_size=16", "--learner_threads=1"])
     algo = build_algorithm(cfg)
     torch.manual_seed(0)
-    model = build_agent(cfg.agent_name, describe_env(cfg.env_settings), algo)
-    layout = UnrollLayout.for_agent(T, describe_env(cfg.env_settings), model, algo.recorded,
+    model = build_agent(cfg.agent_name, describe_env(cfg.env_config), algo)
+    layout = UnrollLayout.for_agent(T, describe_env(cfg.env_config), model, algo.recorded,
                                     algo.overlap)
     return cfg, algo, model, layout
 
@@ -120,8 +120,8 @@ def test_an_update_reads_the_device_once_for_its_statistics_and_once_per_step_fo
     batch = random_batch(layout, replay)
     for _ in range(6):
         replay.keep(batch)
-    settings = UpdateSettings.of(cfg)
-    settings = UpdateSettings(settings.learning_rate, settings.total_frames,
+    settings = UpdateConfig.of(cfg)
+    settings = UpdateConfig(settings.learning_rate, settings.total_frames,
                               settings.lr_hold_fraction, 2, settings.max_grad_norm)
     update = Update(model, RMSpropTF(model.parameters(), lr=1e-4), SingleLearner(),
                     algo.learning(model), replay, torch.device("cpu"), settings)
@@ -244,7 +244,7 @@ def test_an_update_on_a_batch_of_frames_is_the_update_on_a_batch_of_stacks(algor
     after = []
     for on_device in (False, True):
         torch.manual_seed(0)
-        model = build_agent(cfg.agent_name, describe_env(cfg.env_settings), algo)
+        model = build_agent(cfg.agent_name, describe_env(cfg.env_config), algo)
         replay = UnrollReplay(layout, B, cfg.replay_schedule, 16, 0.6, 0.4, seed=0)
         batch = random_batch(layout, replay, stacks_on_device=on_device)
         assert (FRAMES in batch.arrays) == on_device == (OBSERVATION not in batch.arrays)
@@ -252,7 +252,7 @@ def test_an_update_on_a_batch_of_frames_is_the_update_on_a_batch_of_stacks(algor
             replay.keep(batch)
         update = Update(model, RMSpropTF(model.parameters(), lr=1e-3), SingleLearner(),
                         algo.learning(model), replay, torch.device("cpu"),
-                        UpdateSettings.of(cfg))
+                        UpdateConfig.of(cfg))
         for number in range(2):
             update(batch, number, 1000 * number, 1000 * (number + 1))
         after.append([p.detach().clone() for p in model.parameters()])

@@ -23,7 +23,7 @@ from impala.config import Config
 from impala.rollout import BatchQueue
 from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
-from tests.test_streams import start_receiver, stop_receiver
+from tests.wire import start_receiver, stop_receiver
 
 T = 20
 

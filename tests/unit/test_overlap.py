@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from impala.algorithms.apex import ApeX
-from impala.envs import EnvSettings, create_env
+from impala.envs import EnvConfig, create_env
 from impala.rollout import Batch
 from impala.transport import decode
 from impala.unroll import (
@@ -49,7 +49,7 @@ def play(envs, steps: int, seed: int):
 @pytest.mark.parametrize("unroll_length,overlap", [(20, 1), (20, 3), (12, 7), (80, 41)])
 def test_overlapping_unrolls_rebuild_every_step_exactly(unroll_length, overlap):
     num_envs, unrolls = 2, 6
-    envs = [create_env(EnvSettings(LEVEL), seed=i) for i in range(num_envs)]
+    envs = [create_env(EnvConfig(LEVEL), seed=i) for i in range(num_envs)]
     layout = UnrollLayout(unroll_length=unroll_length, observation_shape=(4, 36, 36),
                           observation_dtype="uint8", num_actions=3, core_shapes=(),
                           recorded=ApeX.recorded, frame_stack=4, overlap=overlap)

@@ -19,11 +19,10 @@ from impala.algorithms.impala import Impala, ImpalaLearning
 from impala.config import Config
 from impala.distributed import SingleLearner
 from impala.learner import Learner
-from impala.losses import LossSettings
+from impala.losses import ImpalaLossConfig
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.receiver import ReceiverStopped
-from impala.rollout import UnrollLayout
 from impala.step import learn_step
 from impala.transport import encode
 from tests.helpers import (
@@ -34,24 +33,9 @@ from tests.helpers import (
     stop,
     wait_for,
 )
-from tests.test_streams import serving
-
-T = 20
-LAYOUT = UnrollLayout(unroll_length=T, observation_shape=(4,), observation_dtype="float32",
-                      num_actions=2, core_shapes=(), recorded=Impala.recorded)
-GOOD_REWARD = 0.5  # marks the good unroll sent after each hostile one
-
-
-def good_arrays() -> dict[str, np.ndarray]:
-    arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in LAYOUT.schema().items()}
-    arrays["reward"][:] = GOOD_REWARD
-    arrays["action"][:] = 1
-    return arrays
-
-
-def unroll(arrays: dict[str, np.ndarray] | None = None, **meta) -> list[bytes]:
-    meta = {"policy_version": 0, **meta}
-    return encode("unroll", "actor-0", good_arrays() if arrays is None else arrays, **meta)
+from tests.wire import FLAT_LAYOUT as LAYOUT
+from tests.wire import FLAT_T as T
+from tests.wire import GOOD_REWARD, good_arrays, serving, unroll
 
 
 def with_value(name: str, index: tuple, value) -> list[bytes]:
@@ -199,7 +183,7 @@ def test_a_non_finite_loss_skips_the_update_and_leaves_the_parameters_alone():
     model = create_agent("MLPAgent", (4,), 2, Impala.heads)
     optimizer = RMSpropTF(model.parameters(), lr=0.01)
     batch = {name: torch.from_numpy(a[:, None].copy()) for name, a in good_arrays().items()}
-    settings = LossSettings(discounting=0.99, baseline_cost=0.5, entropy_cost=0.01,
+    settings = ImpalaLossConfig(discounting=0.99, baseline_cost=0.5, entropy_cost=0.01,
                             reward_clipping="none")
     before = [p.detach().clone() for p in model.parameters()]
     batch["reward"][3] = 3e38  # finite on the wire; its square in the baseline loss is not

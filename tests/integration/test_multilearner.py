@@ -29,6 +29,7 @@ from tests.helpers import (
     stop,
     wait_for,
 )
+from tests.wire import good_arrays, unroll
 
 RUN = "CartPole-v1_MLPAgent"
 # Two learners of batch 8 average into one update of 16 unrolls: the single-learner
@@ -292,7 +293,6 @@ def test_a_non_finite_loss_on_one_rank_skips_that_update_on_both(tmp_path):
     both ranks skip that update together, stay in sync, and nothing NaN is published."""
     import numpy as np
 
-    from tests.test_hostile import good_arrays, unroll
 
     cluster = Cluster(tmp_path, "horovod", 100_000_000,
                       ["--reward_clipping=none", "--checkpoint_interval_s=1"])

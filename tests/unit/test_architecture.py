@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 from impala.registry import builtin_algorithms
+from tests.helpers import ROOT
 
-PACKAGE = Path(__file__).resolve().parent.parent / "impala"
+PACKAGE = ROOT / "impala"
 MAX_LINES = 350
 # An algorithm's own modules: the algorithms package and the tensor math each one owns.
 ALGORITHM_MODULES = {"algorithms", "losses", "vtrace", "qlearning"}

@@ -18,7 +18,7 @@ from impala.mixing import UnrollReplay, replayed_count
 from impala.presets import NO_PRESET, config_from_flags, preset_defaults
 from impala.replay import ReplayMemory, SumTree
 from impala.rollout import Batch
-from impala.settings import ReplaySchedule
+from impala.schedules import ReplaySchedule
 from impala.transport import FieldSpec
 from impala.unroll import UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
@@ -261,7 +261,7 @@ def loss_inputs(seed: int = 0, T: int = 4, B: int = 3, A: int = 3):
 
 def test_replay_weights_and_mask_scale_each_unroll_and_fresh_data_alone_gives_the_entropy():
     logits, baseline, behaviour, actions, rewards, done = loss_inputs()
-    settings = losses.LossSettings(entropy_cost=0.0, trust_region_threshold=1e-9)
+    settings = losses.ImpalaLossConfig(entropy_cost=0.0, trust_region_threshold=1e-9)
     replayed = torch.tensor([False, True, True])
     weights = torch.tensor([1.0, 0.25, 0.5])
     stats = losses.impala_loss(logits, baseline, behaviour, actions, rewards, done, settings,
@@ -274,7 +274,7 @@ def test_replay_weights_and_mask_scale_each_unroll_and_fresh_data_alone_gives_th
     assert logits.grad[:-1, 0].abs().sum() > 0
     # Without the mask each column's terms scale with its weight: compare per column with
     # the unweighted loss of that column alone.
-    plain = losses.LossSettings(entropy_cost=0.0)
+    plain = losses.ImpalaLossConfig(entropy_cost=0.0)
     weighted = losses.impala_loss(logits, baseline, behaviour, actions, rewards, done, plain,
                                   column_weights=weights, replayed=replayed)
     alone = [losses.impala_loss(logits[:, [b]], baseline[:, [b]], behaviour[:, [b]],
@@ -298,7 +298,7 @@ def test_the_entropy_bonus_of_the_fresh_unrolls_weighs_as_if_over_the_whole_batc
     replayed = torch.tensor([False, True, True])
 
     def total(entropy_cost: float) -> float:
-        settings = losses.LossSettings(entropy_cost=entropy_cost)
+        settings = losses.ImpalaLossConfig(entropy_cost=entropy_cost)
         return losses.impala_loss(logits, baseline, behaviour, actions, rewards, done,
                                   settings, replayed=replayed).total_loss.item()
 
@@ -308,7 +308,7 @@ def test_the_entropy_bonus_of_the_fresh_unrolls_weighs_as_if_over_the_whole_batc
 
 def test_without_replay_the_loss_is_unchanged_bit_for_bit():
     inputs = loss_inputs(seed=1)
-    settings = losses.LossSettings()
+    settings = losses.ImpalaLossConfig()
     plain = losses.impala_loss(*inputs, settings)
     all_fresh = losses.impala_loss(*inputs, settings, column_weights=torch.ones(3),
                                    replayed=torch.zeros(3, dtype=torch.bool))

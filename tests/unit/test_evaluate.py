@@ -19,11 +19,11 @@ def test_episodes_side_by_side_end_as_each_would_alone(algorithm, agent):
     same return and length per game as five games played one at a time."""
     cfg = Config(level_name="CartPole-v1", agent_name=agent, algorithm=algorithm)
     torch.manual_seed(0)
-    env = create_env(cfg.env_settings)
-    model = build_agent(agent, env_info(env, cfg.env_settings), build_algorithm(cfg)).eval()
+    env = create_env(cfg.env_config)
+    model = build_agent(agent, env_info(env, cfg.env_config), build_algorithm(cfg)).eval()
     seeds = list(range(10, 15))
     together = play_episodes(model, build_algorithm(cfg),
-                             [create_env(cfg.env_settings) for _ in seeds], seeds)
+                             [create_env(cfg.env_config) for _ in seeds], seeds)
     alone = [play_episodes(model, build_algorithm(cfg), [env], [seed])[0] for seed in seeds]
     assert together == alone
     assert len({length for _, length in alone}) > 1  # the games did end at different steps

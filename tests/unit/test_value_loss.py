@@ -17,21 +17,21 @@ import pytest
 import torch
 
 from impala.algorithms.apex import ApeX
-from impala.algorithms.value import ValueLearning, ValueSettings
+from impala.algorithms.value import QLossConfig, ValueLearning
 from impala.mixing import IMPORTANCE_WEIGHT
 from impala.nets import create_agent
 from impala.qlearning import trained_steps
-from tests.test_qlearning import slow_targets
+from tests.references import slow_targets
 
 OBS, ACTIONS = 3, 4
 
-APEX = ValueSettings(discounting=0.9, n_step=3, burn_in=0, reward_clipping="abs_one",
-                     rescaled=False, priority_eta=0.0)
-R2D2 = ValueSettings(discounting=0.97, n_step=2, burn_in=4, reward_clipping="none",
-                     rescaled=True, priority_eta=0.9)
+APEX = QLossConfig(discounting=0.9, n_step=3, burn_in=0, reward_clipping="abs_one",
+                   rescaled=False, priority_eta=0.0, target_update_frames=32_000)
+R2D2 = QLossConfig(discounting=0.97, n_step=2, burn_in=4, reward_clipping="none",
+                   rescaled=True, priority_eta=0.9, target_update_frames=32_000)
 
 
-def make(settings: ValueSettings, agent_name: str, T: int, seed: int = 0):
+def make(settings: QLossConfig, agent_name: str, T: int, seed: int = 0):
     """(model, the trained steps, the learner's half) for value-based `settings`."""
     torch.manual_seed(seed)
     model = create_agent(agent_name, (OBS,), ACTIONS, ApeX.heads, action_reward_inputs=False)
@@ -77,7 +77,7 @@ def slow_q(model, batch, core, burn_in: int, detach_at_burn_in: bool):
     return torch.stack(rows)  # [T+1, B, A]
 
 
-def slow_loss(model, learning, settings: ValueSettings, batch, core, first: int, end: int,
+def slow_loss(model, learning, settings: QLossConfig, batch, core, first: int, end: int,
               detach_at_burn_in: bool = True):
     """(loss with gradient, priorities [B]) from the papers' formulas."""
     online = slow_q(model, batch, core, settings.burn_in, detach_at_burn_in)

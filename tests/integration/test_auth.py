@@ -27,7 +27,7 @@ from tests.helpers import (
     wait_for,
     weights_answered,
 )
-from tests.test_hostile import unroll
+from tests.wire import unroll
 
 RUN = "CartPole-v1_MLPAgent"
 

@@ -12,14 +12,14 @@ import torch
 from impala.algorithms.impala import Impala, ImpalaLearning
 from impala.distributed import SingleLearner, clip_and_norm
 from impala.learner import Control
-from impala.losses import LossSettings
+from impala.losses import ImpalaLossConfig
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.step import TorsoWatch, learn_step, torso_health
 from tests.helpers import ROOT
 
 T, B = 20, 4
-SETTINGS = LossSettings(discounting=0.99, baseline_cost=0.5, entropy_cost=0.01,
+SETTINGS = ImpalaLossConfig(discounting=0.99, baseline_cost=0.5, entropy_cost=0.01,
                         reward_clipping="abs_one")
 
 

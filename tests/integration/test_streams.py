@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -18,21 +17,22 @@ import zmq
 from impala.actor import Actor, WeightsClient
 from impala.algorithms.impala import Impala
 from impala.config import Config
-from impala.envs import EnvSettings, create_env
+from impala.envs import EnvConfig, create_env
 from impala.framestack import FrameStreams, StreamGap, rebuild_stacks, split_stacks
 from impala.nets import create_agent
 from impala.receiver import UnrollReceiver
 from impala.rollout import BatchQueue, UnrollLayout
-from impala.transport import ActorSocket, FieldSpec, LearnerSocket, decode, encode
+from impala.transport import ActorSocket, FieldSpec, decode, encode
 from impala.weights import weights_arrays
-from tests.helpers import dealer_to, free_port, wait_for
+from tests.helpers import free_port, wait_for
+from tests.wire import serving, start_receiver, stop_receiver
 
 T, S = 20, 4
 
 
 def breakout_unrolls(count: int, seed: int = 0):
     """`count` consecutive unrolls of real Breakout play: ([T+1, S, 84, 84], starts [T+1])."""
-    env = create_env(EnvSettings("BreakoutNoFrameskip-v4"), seed=seed)
+    env = create_env(EnvConfig("BreakoutNoFrameskip-v4"), seed=seed)
     obs, _ = env.reset()
     start = True
     for _ in range(count):
@@ -97,45 +97,6 @@ def unroll_message(kind: str, wire_frames: np.ndarray, starts: np.ndarray, seq: 
               for name, spec in LAYOUT.schema(continued=kind == "unroll_continued").items()}
     arrays["frames"], arrays["episode_start"] = wire_frames, starts
     return encode(kind, "actor-7", arrays, policy_version=0, stream=0, seq=seq)
-
-
-def bind_or_none(port: int) -> LearnerSocket | None:
-    try:
-        return LearnerSocket("127.0.0.1", port, 1 << 24, 64)
-    except OSError:
-        return None
-
-
-def start_receiver(port: int, layout: UnrollLayout, batches: BatchQueue,
-                   weights: dict[str, np.ndarray], version: int = 0) -> UnrollReceiver:
-    """A learner's receiving side, publishing `weights` as `version`."""
-    # ZeroMQ releases a closed socket's port in the background: retry the bind a while.
-    sock = wait_for(lambda: bind_or_none(port), 10, f"port {port} to be free")
-    receiver = UnrollReceiver(sock, layout, batches, 1 << 24, name="learner-0")
-    receiver.publish(version, weights)
-    receiver.start()
-    return receiver
-
-
-def stop_receiver(receiver: UnrollReceiver) -> None:
-    receiver.stop_event.set()
-    receiver.join(timeout=5)
-    receiver.sock.close()
-
-
-@contextmanager
-def serving(layout: UnrollLayout, capacity: int, version: int = 0):
-    """A receiver taking batches of one unroll, and a keyless DEALER connected to it."""
-    port = free_port()
-    batches = BatchQueue(layout, batch_size=1, capacity=capacity)
-    receiver = start_receiver(port, layout, batches, {"w": np.zeros(2, np.float32)},
-                              version=version)
-    dealer = dealer_to(port, linger_ms=0)
-    try:
-        yield receiver, batches, dealer
-    finally:
-        dealer.close()
-        stop_receiver(receiver)
 
 
 @pytest.fixture

@@ -92,10 +92,10 @@ def test_atari_unrolls_travel_as_single_frames_and_are_rebuilt_in_the_batch():
 def test_one_layout_derivation_for_actor_and_learner():
     """Actors derive the layout from an env they made, learners from describe_env: the
     same factory gives the same schema (a mismatch would drop every unroll)."""
-    from impala.envs import EnvSettings, create_env, describe_env, env_info
+    from impala.envs import EnvConfig, create_env, describe_env, env_info
     from impala.nets import create_agent
 
-    settings = EnvSettings("PongNoFrameskip-v4", 4, 84, 84)
+    settings = EnvConfig("PongNoFrameskip-v4", 4, 84, 84)
     learner_side = describe_env(settings)
     env = create_env(settings, seed=3)
     actor_side = env_info(env, settings)

@@ -65,9 +65,9 @@ def test_impala_loss_combines_terms_with_costs():
     rewards = torch.randn(T + 1, B, generator=generator) * 3
     done = torch.zeros(T + 1, B, dtype=torch.bool)
     only_pg = losses.impala_loss(logits, baseline, logits.detach(), actions, rewards, done,
-                                 losses.LossSettings(baseline_cost=0.0, entropy_cost=0.0))
+                                 losses.ImpalaLossConfig(baseline_cost=0.0, entropy_cost=0.0))
     full = losses.impala_loss(logits, baseline, logits.detach(), actions, rewards, done,
-                              losses.LossSettings(baseline_cost=0.5, entropy_cost=0.01))
+                              losses.ImpalaLossConfig(baseline_cost=0.5, entropy_cost=0.01))
     expected = float(only_pg.pg_loss + 0.5 * full.baseline_loss
                      - 0.01 * full.entropy * T * B)
     assert full.total_loss.item() == pytest.approx(expected, rel=1e-5)
@@ -85,7 +85,7 @@ def test_impala_loss_cuts_the_return_at_episode_ends():
     rewards = torch.tensor([[0.0], [1.0], [0.0]])  # reward on arriving at step 1
     done = torch.tensor([[False], [True], [False]])
     stats = losses.impala_loss(logits, baseline, logits, actions, rewards, done,
-                               losses.LossSettings(baseline_cost=1.0, entropy_cost=0.0))
+                               losses.ImpalaLossConfig(baseline_cost=1.0, entropy_cost=0.0))
     # Step 0: target 1 (no bootstrap across the end), value 0 -> advantage 1.
     # Step 1: target 0 + 0.99 * 100, value 100 -> advantage -1.
     assert stats.baseline_loss == pytest.approx(0.5 * (1.0**2 + 1.0**2))
@@ -109,7 +109,7 @@ def test_impala_loss_reports_clipped_importance_weights():
         target_logits=target, baseline=torch.zeros(T + 1, B),
         behavior_logits=torch.zeros(T + 1, B, A), actions=torch.tensor([[0], [1], [0]]),
         rewards=torch.zeros(T + 1, B), done=torch.zeros(T + 1, B, dtype=torch.bool),
-        settings=losses.LossSettings(),
+        config=losses.ImpalaLossConfig(),
     )
     assert stats.rho_clipped == pytest.approx(0.5)
     assert stats.policy_kl > 0

@@ -1,0 +1,54 @@
+"""The house's documents: every relative link resolves, no page grows into a notebook, the
+code cites no notes page, and the results table agrees with the episodes it was made from."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.helpers import ROOT
+
+MAX_PAGE_CHARS = 20_000
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def markdown_pages() -> list:
+    tracked = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    return [ROOT / name for name in tracked]
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    broken = []
+    for page in markdown_pages():
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # a URL or an anchor on the same page
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_no_page_is_over_20k_characters():
+    long = {str(page.relative_to(ROOT)): n for page in markdown_pages()
+            if (n := len(page.read_text())) > MAX_PAGE_CHARS}
+    assert long == {}
+
+
+def test_the_code_cites_no_notes_page():
+    """Comments say why; measurements live in results/, not in pages the code points at."""
+    cites = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "impala").rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"[\w/-]+\.md\b", line)]
+    assert cites == []
+
+
+def test_the_results_table_agrees_with_its_episodes():
+    """results/redraw.py --check recomputes every run's frames to -15 and +18 from its
+    episode file and fails where the table says otherwise."""
+    result = subprocess.run([sys.executable, str(ROOT / "results" / "redraw.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "runs agree with their episodes" in result.stdout
