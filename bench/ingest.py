@@ -85,22 +85,22 @@ def play_actor(index: int, algorithm: str, envs: int, port: int, keys_dir: str |
     _, _, model, layout = learner_objects(algorithm_config(algorithm, 1, 1000))
     keys = auth.load_keys(auth.keys_path(Path(keys_dir))) if keys_dir else None
     sock = ActorSocket("127.0.0.1", port, MAX_BYTES, send_hwm=envs + 1, keys=keys)
-    client = WeightsClient(sock, model, MAX_BYTES, f"sender-{index}")
+    name = f"sender-{index}"
+    client = WeightsClient(sock, model, MAX_BYTES, name)
     writer = random_unrolls(layout, envs, seed=index)
     no_episodes = [[] for _ in range(envs)]
     version = client.version
     try:
         while not stop.is_set():
-            for frames in writer.messages(client.name, max(client.version, 0), no_episodes):
+            for frames in writer.messages(name, max(client.version, 0), no_episodes):
                 while not sock.send(frames, SEND_TIMEOUT_MS):
                     if stop.is_set():
                         return
             writer.sent()
             if not (client.request_after_unrolls(stop) and client.await_answer(stop, "bench")):
                 return
-            if client.restart_streams:  # the learner lost our streams (it never should here)
+            if client.take_restart_request():  # the learner lost our streams (never here)
                 writer.restart_streams()
-                client.restart_streams = False
             if client.version != version:
                 version = client.version
                 counts[index] += 1
@@ -189,11 +189,12 @@ def wait_for_senders(receiver: UnrollReceiver, count: int, processes: list,
                      timeout_s: float = 120.0) -> None:
     """Until unrolls came from every sender (each imports torch and builds its agent)."""
     deadline = time.time() + timeout_s
-    while len(receiver.senders) < count:
-        if receiver.error or not all(p.is_alive() for p in processes):
-            raise RuntimeError(f"a sender or the receiver ended: {receiver.error}")
+    while (senders := receiver.counts().senders) < count:
+        receiver.raise_if_stopped()
+        if not all(p.is_alive() for p in processes):
+            raise RuntimeError("a sender ended")
         if time.time() > deadline:
-            raise RuntimeError(f"unrolls from {len(receiver.senders)} of {count} senders "
+            raise RuntimeError(f"unrolls from {senders} of {count} senders "
                                f"after {timeout_s:.0f} s")
         time.sleep(0.1)
 
@@ -226,7 +227,8 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
     drain, publisher = Drain(batches), Publisher(receiver, weights, setting.publish_hz)
     probe = LaunchProbe() if setting.launch_probe else None
     stoppable = [drain, publisher, *([probe] if probe else [])]  # the receiver: after senders
-    for thread in (receiver, *stoppable):
+    receiver.start()
+    for thread in stoppable:
         thread.start()
     probe_alone = probe.rate(2.0) if probe else None  # before any sender exists
     spawn = mp.get_context("spawn")
@@ -237,11 +239,13 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
                for i in range(setting.senders)]
     for process in senders:
         process.start()
-    ids = {"receiver": receiver.native_id, "drain": drain.native_id,
+    receiver_thread = next(t for t in threading.enumerate() if t.name == "unroll-receiver")
+    ids = {"receiver": receiver_thread.native_id, "drain": drain.native_id,
            "publisher": publisher.native_id, **({"probe": probe.native_id} if probe else {})}
 
     def reading() -> Reading:
-        return Reading(time.perf_counter(), receiver.unrolls, receiver.unroll_bytes,
+        counts = receiver.counts()
+        return Reading(time.perf_counter(), counts.unrolls, counts.unroll_bytes,
                        sum(loaded), thread_cpu(ids))
 
     try:
@@ -261,15 +265,13 @@ def measure(setting: Setting, seconds: float, warmup: float = 2.0) -> dict[str, 
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
-        receiver.stop_event.set()
-        receiver.join(timeout=5)
-        sock.close()
+        receiver.stop()
         if keys_dir:
             shutil.rmtree(keys_dir, ignore_errors=True)
-    if receiver.error:
-        raise RuntimeError(f"the receiver thread failed: {receiver.error}")
+    receiver.raise_if_stopped()
     row = row_of(setting, layout, weights, before, after)
-    row["dropped"] = receiver.drops.total + receiver.stream_restarts  # 0, or it is no measure
+    counts = receiver.counts()
+    row["dropped"] = counts.dropped + counts.stream_restarts  # 0, or it is no measure
     row["probe_speed"] = probe_beside / probe_alone if probe else None
     return row
 

@@ -63,23 +63,23 @@ class WeightsClient:
     """
 
     def __init__(self, sock: ActorSocket, model: Agent, max_bytes: int, name: str) -> None:
-        self.sock = sock
-        self.model = model
-        self.max_bytes = max_bytes
-        self.name = name
-        self.schemas = {"weights": weights_schema(model), "no_update": None}
+        self._sock = sock
+        self._model = model
+        self._max_bytes = max_bytes
+        self._name = name
+        self._schemas = {"weights": weights_schema(model), "no_update": None}
         self.version = -1  # no weights from the learner yet
         self.run_frames = 0  # the run's frames when the newest weights were made
-        self.requested_at: float | None = None
-        self.rejected = 0
-        self.restart_streams = False  # the learner lost our frame streams (framestack.py)
+        self.rejected = 0  # answers that failed the wire checks
+        self._requested_at: float | None = None  # an answer is awaited since then
+        self._restart_asked = False  # the learner lost our frame streams (framestack.py)
 
     def request(self, timeout_ms: int = 0) -> bool:
         """Ask for weights newer than ours; False if the socket did not take the request
         within `timeout_ms` (the learner is unreachable, or the send queue is full)."""
-        message = encode("weights_request", self.name, version=self.version)
-        self.requested_at = time.time() if self.sock.send(message, timeout_ms) else None
-        return self.requested_at is not None
+        message = encode("weights_request", self._name, version=self.version)
+        self._requested_at = time.time() if self._sock.send(message, timeout_ms) else None
+        return self._requested_at is not None
 
     def request_after_unrolls(self, stop: threading.Event) -> bool:
         """Ask for weights right after sending unrolls, waiting while the send queue is
@@ -94,38 +94,44 @@ class WeightsClient:
     def await_answer(self, stop: threading.Event, learner: str) -> bool:
         """Wait for the answer to the last request and apply it; False if `stop` was set."""
         waited_s = 0
-        while self.requested_at is not None:
+        while self._requested_at is not None:
             if stop.is_set():
                 return False
             if self._poll(timeout_ms=1000):
                 return True
             waited_s += 1
-            if time.time() - self.requested_at > WEIGHTS_REQUEST_TIMEOUT_S:
+            if time.time() - self._requested_at > WEIGHTS_REQUEST_TIMEOUT_S:
                 # Lost, e.g. the learner restarted: ask again.
                 log.warning("%s: no answer from learner %s for %d s; asking again",
-                            self.name, learner, waited_s)
+                            self._name, learner, waited_s)
                 self.request()
         return True
 
+    def take_restart_request(self) -> bool:
+        """Whether the learner asked, since the last call, for the frame streams to start
+        again with self-contained unrolls (it lost them: framestack.py)."""
+        asked, self._restart_asked = self._restart_asked, False
+        return asked
+
     def _poll(self, timeout_ms: int) -> bool:
-        frames = self.sock.receive(timeout_ms)
+        frames = self._sock.receive(timeout_ms)
         if frames is None:
             return False
-        self.requested_at = None
+        self._requested_at = None
         try:
-            message = decode(frames, self.schemas, self.max_bytes)
+            message = decode(frames, self._schemas, self._max_bytes)
         except WireError as exc:
             self.rejected += 1
-            log.warning("%s: ignored a message from the learner: %s", self.name, exc)
+            log.warning("%s: ignored a message from the learner: %s", self._name, exc)
             return True
         if message.meta.get("restart_streams") is True:
-            self.restart_streams = True
+            self._restart_asked = True
         if message.kind == "weights":
             version = message.meta.get("version")
             if isinstance(version, int) and not isinstance(version, bool):
                 state = {name: torch.from_numpy(array.copy())
                          for name, array in message.arrays.items()}
-                self.model.load_state_dict(state)
+                self._model.load_state_dict(state)
                 self.version = version
                 frames = message.meta.get("run_frames", 0)
                 if isinstance(frames, int) and not isinstance(frames, bool) and frames >= 0:
@@ -155,7 +161,8 @@ class Actor:
                                                           training=False)
         self.model.eval()
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
-                                             algorithm.recorded, algorithm.overlap)
+                                             algorithm.recorded, algorithm.overlap,
+                                             algorithm.episode_tags)
         # The algorithm's choice of actions, for this actor's place among the run's envs.
         first_env, total_envs = cfg.exploring_envs()
         self.exploration = algorithm.exploration(first_env, cfg.num_envs, total_envs)
@@ -253,8 +260,7 @@ class Actor:
 
     def _wait_for_first_weights(self) -> bool:
         while not self.stop.is_set():
-            self.weights.request()
-            if self.weights.requested_at is None:  # learner not reachable yet
+            if not self.weights.request():  # learner not reachable yet
                 time.sleep(0.5)
                 continue
             if not self.weights.await_answer(self.stop, self.cfg.learner_host):
@@ -266,13 +272,12 @@ class Actor:
 
     def _send_unrolls(self, version: int, priorities: np.ndarray | None) -> bool:
         """Send one unroll per env; False if asked to stop while the learner was away."""
-        if self.weights.restart_streams:
+        if self.weights.take_restart_request():
             log.info("%s: the learner asked to restart the frame streams", self.name)
-            self.weights.restart_streams = False
             self.writer.restart_streams()
-        for i, frames in enumerate(self.writer.messages(self.name, version, self.finished,
-                                                        priorities,
-                                                        self.exploration.epsilons)):
+        messages = self.writer.messages(self.name, version, self.finished, priorities,
+                                        self.exploration.episode_tags())
+        for i, frames in enumerate(messages):
             waited = 0
             while not self.sock.send(frames, SEND_TIMEOUT_MS):
                 if self.stop.is_set():

@@ -10,6 +10,8 @@ defines one `Algorithm` subclass that declares, in one place:
 - `heads`: the agent's output heads, under the algorithm's own names, and `recorded`, the
   name of what the actor records beside each action (the unroll carries it);
 - `log_scalars`, `panels` and `status`: what logs.csv, curve.png and the status line show;
+- `episode_tags`: names of per-environment values its exploration reports (an exploration
+  rate, say), which travel with every finished episode and become columns of its log;
 and implements its behaviour:
 - `exploration()`: the actor-side object that picks actions from the heads;
 - `learning(model)`: the learner-side object that computes the loss of a batch;
@@ -71,14 +73,14 @@ class Preset:
 
 @dataclass(frozen=True)
 class Panel:
-    """One panel of curve.png: logs.csv `columns` against frames, or, with `max_epsilon`,
-    the running mean return of the episodes that environments exploring with an epsilon
-    of at most that played."""
+    """One panel of curve.png: logs.csv `columns` against frames, or, with
+    `tag_at_most=(tag, limit)`, the running mean return of the episodes whose episode tag
+    was at most `limit`."""
 
     title: str
     columns: tuple[str, ...] = ()
     symlog: bool = False
-    max_epsilon: float | None = None
+    tag_at_most: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,10 @@ class LossResult(NamedTuple):
 class Exploration:
     """The actor's side: how its N environments choose actions from one forward pass."""
 
-    # Each environment's epsilon, where the algorithm explores by epsilon: logged with every
-    # episode, so curves can show how the least exploring environments play.
-    epsilons: np.ndarray | None = None
+    def episode_tags(self) -> dict[str, np.ndarray]:
+        """Each of the algorithm's `episode_tags` as [N] values, one per environment, for
+        the episodes they finish now (shared code carries and logs them by name)."""
+        return {}
 
     def act(self, heads: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
         """(actions [N], the recorded head [N, A]) from heads of shape [1, N, ...]."""
@@ -152,6 +155,7 @@ class Algorithm:
     # Whether the agent's core also sees the last action and reward beside the frames.
     action_reward_inputs: ClassVar[bool] = True
     log_scalars: ClassVar[tuple[str, ...]] = ()
+    episode_tags: ClassVar[tuple[str, ...]] = ()  # per-episode values its exploration reports
     panels: ClassVar[tuple[Panel, ...]] = ()
     status: ClassVar[tuple[StatusItem, ...]] = ()
     # Checkpoints written before heads were named by algorithms held a `policy` and a

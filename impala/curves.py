@@ -2,9 +2,8 @@
 
 `curve.png` has panels over frames: the episode return (each episode faint, the mean of the
 last 30 bold), then the panels the run's algorithm declares (impala/algorithm.py `Panel`,
-kept in meta.json: its loss terms, values, replay...), then agent steps per second. A
-watcher process redraws it after every log row (`CurvePlotter`: its own session at idle
-priority, so it takes only CPU that training leaves) and the learner once more at the end.
+kept in meta.json: its loss terms, values, replay...), then agent steps per second. While a
+run trains, plotter.py's watcher process redraws it after every log row.
 
   impala-curves RUN_DIR                       # redraw RUN_DIR/curve.png
   impala-curves RUN_DIR RUN_DIR... --out=compare.png   # overlay runs: return vs frames
@@ -20,9 +19,6 @@ import json
 import logging
 import math
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +26,6 @@ import pandas as pd
 
 from impala.algorithm import Panel
 from impala.logs import EPISODE_COLUMNS
-from impala.process import lower_priority
 from impala.registry import algorithm_class, default_algorithm
 
 log = logging.getLogger("curves")
@@ -119,7 +114,7 @@ def panels_of(run_dir: Path) -> list[Panel]:
     except (OSError, ValueError):
         meta = {"flags": {}}
     if "panels" in meta:
-        return [Panel(p["title"], tuple(p["columns"]), p["symlog"], p["max_epsilon"])
+        return [Panel(p["title"], tuple(p["columns"]), p["symlog"], _tag_at_most(p))
                 for p in meta["panels"]]
     try:
         return list(algorithm_class(meta["flags"].get("algorithm") or default_algorithm()
@@ -143,8 +138,8 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     millions = logs["frames"] / 1e6
     _draw_returns(axes[0], episodes)
     for ax, panel in zip(axes[1:], panels, strict=False):
-        if panel.max_epsilon is not None:
-            _draw_greedy_returns(ax, episodes, panel)
+        if panel.tag_at_most is not None:
+            _draw_tagged_returns(ax, episodes, panel)
         else:
             for column in panel.columns:
                 if column in logs:
@@ -178,11 +173,18 @@ def _draw_returns(ax, episodes: pd.DataFrame | None) -> None:
     ax.set_title("episode return (raw score)")
 
 
-def _draw_greedy_returns(ax, episodes: pd.DataFrame | None, panel: Panel) -> None:
-    """The running mean return of the episodes played at epsilon <= panel.max_epsilon."""
-    if episodes is None or "epsilon" not in episodes:
+def _tag_at_most(panel: dict) -> tuple[str, float] | None:
+    """A panel's (tag, limit) as meta.json keeps it (JSON makes the pair a list)."""
+    pair = panel.get("tag_at_most")
+    return None if pair is None else (str(pair[0]), float(pair[1]))
+
+
+def _draw_tagged_returns(ax, episodes: pd.DataFrame | None, panel: Panel) -> None:
+    """The running mean return of the episodes whose tag was at most the panel's limit."""
+    tag, limit = panel.tag_at_most
+    if episodes is None or tag not in episodes:
         return
-    greedy = episodes[episodes["epsilon"] <= panel.max_epsilon].reset_index(drop=True)
+    greedy = episodes[episodes[tag] <= limit].reset_index(drop=True)
     if len(greedy):
         ax.scatter(greedy["frames"] / 1e6, greedy["episode_return"], s=3, alpha=0.25,
                    color="tab:red")
@@ -244,73 +246,14 @@ def draw(run_dir: Path) -> None:
         log.warning("could not draw %s: %s", run_dir / CURVE_NAME, exc)
 
 
-def watch(run_dir: Path, parent_pid: int, poll_s: float = 1.0,
-          max_cpu_share: float = 0.02) -> None:
-    """Redraw `run_dir`'s curve.png when logs.csv has changed, until `parent_pid` is gone;
-    after each drawing wait until it has used at most `max_cpu_share` of one core (a drawing
-    takes ~0.3-1 s of CPU, more as the run grows; every 5 s row it took 10% of a core, 5% of
-    this 2-core machine, from the training run beside it)."""
-    last_change = None
-    next_draw = 0.0
-    while os.getppid() == parent_pid:
-        try:
-            change = (run_dir / "logs.csv").stat().st_mtime_ns
-        except FileNotFoundError:
-            change = None
-        if change is not None and change != last_change and time.monotonic() >= next_draw:
-            last_change = change
-            cpu_before = time.process_time()
-            draw(run_dir)
-            next_draw = time.monotonic() + (time.process_time() - cpu_before) / max_cpu_share
-        time.sleep(poll_s)
-
-
-def idle_priority() -> None:
-    """Run only when a core would otherwise be idle (SCHED_IDLE; niceness 19 where that is
-    refused): niceness alone still took a tenth of a core from niced actors."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        lower_priority(19)
-
-
-class CurvePlotter:
-    """A watcher process that redraws curve.png after new log rows, in a session of its own
-    at idle priority and using at most 2% of a core (`watch`): drawing costs ~0.5 s of CPU,
-    which in the learner's process took CPU and the GIL from training. `close` stops it
-    and draws the final picture in the caller, so that one is always complete."""
-
-    def __init__(self, run_dir: Path, max_cpu_share: float = 0.02) -> None:
-        self.run_dir = run_dir
-        self.max_cpu_share = max_cpu_share
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "impala.curves", "--watch", f"--parent={os.getpid()}",
-             f"--max_cpu_share={self.max_cpu_share}", str(self.run_dir)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        draw(self.run_dir)
-
-
 def _is_episodes_csv(path: Path) -> bool:
-    """A file whose header is the learner's episodes-<r>.csv header (or that of a version
-    before the epsilon column)."""
+    """A file whose header starts as the learner's episodes-<r>.csv header does (the
+    algorithm's episode tags may follow)."""
     if not path.is_file():
         return False
     with open(path) as f:
         header = f.readline().strip().split(",")
-    return header in (EPISODE_COLUMNS, EPISODE_COLUMNS[:-1])
+    return header[:len(EPISODE_COLUMNS)] == EPISODE_COLUMNS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,14 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path,
                         help="run directories (with --out, also episodes CSV files)")
     parser.add_argument("--out", type=Path, help="overlay the runs into this PNG")
-    parser.add_argument("--watch", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--max_cpu_share", type=float, default=0.02, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.watch:  # started by CurvePlotter
-        idle_priority()
-        watch(args.run_dirs[0], args.parent, max_cpu_share=args.max_cpu_share)
-        return 0
     if args.out is not None:
         wrong = [str(p) for p in args.run_dirs
                  if not ((p / "logs.csv").exists() or _is_episodes_csv(p))]

@@ -2,7 +2,8 @@
 the allreduce backend, publish new weights, log and checkpoint.
 
 The socket thread (`impala.receiver.UnrollReceiver`) fills batches and answers weight
-requests; `Learner.run` owns the training loop.
+requests; `Learner.run` owns the training loop, and every version of the weights, the first
+included, reaches the receiver through one `WeightPublisher`.
 """
 
 from __future__ import annotations
@@ -28,14 +29,13 @@ from impala.optim import RMSpropTF
 from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
-from impala.receiver import ReceiverStopped, UnrollReceiver
+from impala.receiver import UnrollReceiver
 from impala.registry import build_algorithm
 from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.unroll import UnrollLayout
 from impala.update import Update, UpdateConfig, UpdateStats
-from impala.weights import finite_weights
 
 log = logging.getLogger("learner")
 
@@ -64,7 +64,8 @@ class Learner:
         self.model = build_agent(cfg.agent_name, env_info, self.algorithm).to(self.device)
         self.model.channels_last = cfg.uses_channels_last(self.device, self.model, training=True)
         self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model,
-                                             self.algorithm.recorded, self.algorithm.overlap)
+                                             self.algorithm.recorded, self.algorithm.overlap,
+                                             self.algorithm.episode_tags)
         # Fresh frames this learner consumes per update (agent steps x action repeat): an
         # unroll brings T + 1 - overlap steps the previous one of its environment did not.
         self.frames_per_update = (cfg.batch_size * (cfg.unroll_length + 1 - self.layout.overlap)
@@ -121,11 +122,12 @@ class Learner:
     # ----------------------------------------------------------------------- main loop
     def run(self) -> str:
         """Train until the frame budget or a stop request; returns the exit status."""
-        receiver, batches, sock = self._serve()
-        logs = LearnerLogs(self.run_dir, self.rank, self.algorithm.log_scalars)
+        receiver, batches = self._serve()
+        logs = LearnerLogs(self.run_dir, self.rank, self.algorithm.log_scalars,
+                           self.algorithm.episode_tags)
         meta = plotter = None
         if self.is_chief:
-            from impala.curves import CurvePlotter  # pandas: only where curves are drawn
+            from impala.plotter import CurvePlotter  # pandas: only where curves are drawn
 
             # The panels go in meta.json, so curve.png can be redrawn from the directory.
             meta = RunMeta(self.run_dir, self.cfg.to_dict(), role="learner",
@@ -137,9 +139,7 @@ class Learner:
         try:
             status = self.train(receiver, batches, logs)
         finally:
-            receiver.stop_event.set()
-            receiver.join(timeout=5)
-            sock.close()
+            receiver.stop()
             if status != "error":  # an error exit keeps the last good checkpoint
                 self.save_checkpoint()
             logs.close()
@@ -149,8 +149,9 @@ class Learner:
                 plotter.close()  # the final picture, with every row
         return status
 
-    def _serve(self) -> tuple[UnrollReceiver, BatchQueue, LearnerSocket]:
-        """Bind the socket and start the receiver thread, serving the current weights."""
+    def _serve(self) -> tuple[UnrollReceiver, BatchQueue]:
+        """Bind the socket and start the receiver thread (it serves no weights until the
+        training loop publishes its first version)."""
         cfg = self.cfg
         host, port = parse_host_port(cfg.learner_host)
         io_threads = learner_io_threads(cfg.learner_io_threads)
@@ -164,14 +165,12 @@ class Learner:
                              keep_stored=replay is not None,
                              pinned=self.device.type == "cuda",
                              stacks_on_device=stacks_on_device)
-        receiver = self.receiver = UnrollReceiver(
-            sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
-            name=f"learner-{self.rank}")
-        receiver.publish(self.counters.updates, finite_weights(self.model), self.counters.frames)
+        receiver = UnrollReceiver(sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
+                                  name=f"learner-{self.rank}")
         receiver.start()
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
                  "T=%d%s%s%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size,
-                 sock.address, cfg.agent_name, self.device, cfg.level_name, cfg.algorithm,
+                 receiver.address, cfg.agent_name, self.device, cfg.level_name, cfg.algorithm,
                  cfg.preset, cfg.batch_size, cfg.unroll_length,
                  ", frame stacks gathered on the device"
                  if self.layout.frame_stack and stacks_on_device else "",
@@ -179,15 +178,17 @@ class Learner:
                  ", no TF32 (--tf32=off)" if self.device.type == "cuda" and not cfg.tf32_allowed
                  else "", io_threads,
                  "" if io_threads == 1 else "s")
-        return receiver, batches, sock
+        return receiver, batches
 
     def train(self, receiver: UnrollReceiver, batches: BatchQueue, logs: LearnerLogs) -> str:
-        """Train, publishing each update's weights to `receiver` from a second thread;
-        returns `_train_loop`'s status once every version is published. Raises
-        FloatingPointError if the weights became non-finite (they were not published)."""
+        """Train, publishing the starting weights and then each update's to `receiver` from
+        a second thread; returns `_train_loop`'s status once every version is published.
+        Raises FloatingPointError if the weights became non-finite (they were not
+        published)."""
         publisher = WeightPublisher(receiver.publish)
         publisher.start()
         try:
+            publisher.submit(self.model, self.counters.updates, self.counters.frames)
             status = self._train_loop(receiver, batches, logs, publisher)
         finally:
             publisher.close()
@@ -253,14 +254,13 @@ class Learner:
         as it takes (telling so every 30 s), but never past the receiver thread's end."""
         waiting_since = time.time()
         while not self.stop_requested.is_set():
-            if not receiver.is_alive():  # never a live learner that no longer trains
-                raise ReceiverStopped(f"the unroll receiver thread ended: {receiver.error}")
+            receiver.raise_if_stopped()  # never a live learner that no longer trains
             batch = batches.get(timeout=1.0)
             if batch is not None:
                 return batch
             if time.time() - waiting_since > 30:
                 log.info("waiting for unrolls on %s (%d received so far)",
-                         receiver.sock.address, receiver.unrolls)
+                         receiver.address, receiver.counts().unrolls)
                 waiting_since = time.time()
         return None
 
@@ -326,6 +326,7 @@ class Learner:
         if not self.is_chief:
             return
         episodes = int(interval.episodes)
+        received = receiver.counts()
         row = {
             "time": now, "frames": self.counters.frames,
             "sps": (self.counters.frames - interval.start_frames)
@@ -336,8 +337,8 @@ class Learner:
             "mean_episode_length": interval.length_sum / episodes if episodes else None,
             **interval.last,
             "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
-            "queue_depth": batches.depth(), "dropped_messages": receiver.drops.total,
-            "unroll_bytes": receiver.unroll_bytes, "stream_restarts": receiver.stream_restarts,
+            "queue_depth": batches.depth(), "dropped_messages": received.dropped,
+            "unroll_bytes": received.unroll_bytes, "stream_restarts": received.stream_restarts,
             "skipped_updates": self.skipped_updates,
         }
         logs.run_row(row)

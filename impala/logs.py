@@ -6,8 +6,8 @@
   curve.png          the learning curve, redrawn after every log row (curves.py)
   logs.csv           one row per logging interval (rank 0), flushed as written
   learner-<r>.csv    per-rank throughput and parameter checksum (sync can be checked)
-  episodes-<r>.csv   every finished episode seen by learner r (raw return and length, and
-                     the epsilon of the environment that played it, where there is one)
+  episodes-<r>.csv   every finished episode seen by learner r (raw return and length, then
+                     the algorithm's episode tags)
   events.out.tfevents.*  TensorBoard scalars (rank 0)
   checkpoint.pt      see checkpoint.py
   *.log              one log file per process
@@ -44,8 +44,8 @@ LOG_COLUMNS = [
     "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",
 ]
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
-# `epsilon`: the exploring environment's, where the algorithm explores by epsilon.
-EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length", "epsilon"]
+# The algorithm's episode tags follow these (impala/algorithm.py `episode_tags`).
+EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 
 SECRET_WORDS = ("password", "secret", "token", "key")
 
@@ -231,19 +231,21 @@ class LearnerLogs:
     check) and `episodes-<rank>.csv`; rank 0 also `logs.csv` and TensorBoard events
     (`curve.png` is curves.py's, drawn from these files)."""
 
-    def __init__(self, run_dir: Path, rank: int, scalars: Sequence[str] = ()) -> None:
+    def __init__(self, run_dir: Path, rank: int, scalars: Sequence[str] = (),
+                 episode_tags: Sequence[str] = ()) -> None:
         self.is_chief = rank == 0
         self.rank_log = CsvLog(run_dir / f"learner-{rank}.csv", RANK_COLUMNS)
-        self.episode_log = CsvLog(run_dir / f"episodes-{rank}.csv", EPISODE_COLUMNS)
+        self.episode_log = CsvLog(run_dir / f"episodes-{rank}.csv",
+                                  [*EPISODE_COLUMNS, *episode_tags])
         self.run_log = (CsvLog(run_dir / "logs.csv", [*LOG_COLUMNS, *scalars])
                         if self.is_chief else None)
         self.tensorboard = TensorBoard(run_dir) if self.is_chief else None
 
     def episodes(self, frames: int, episodes: EpisodeStats) -> None:
         now = time.time()
-        for episode_return, length, epsilon in zip(episodes.returns, episodes.lengths,
-                                                   episodes.epsilons, strict=True):
-            self.episode_log.write({"time": now, "frames": frames, "epsilon": epsilon,
+        for episode_return, length, tags in zip(episodes.returns, episodes.lengths,
+                                                episodes.tags, strict=True):
+            self.episode_log.write({**tags, "time": now, "frames": frames,
                                     "episode_return": episode_return, "episode_length": length})
 
     def rank_row(self, row: dict[str, Any]) -> None:

@@ -1,18 +1,22 @@
 """The learner's socket thread: unrolls from its actors into batches, weights out.
 
-`UnrollReceiver` reads the socket, validates each message (wire format, then values) and
-copies it straight into a preallocated batch, so the next batch is assembled while the
-current one trains; it answers weight requests from what the training loop published, and
-runs the frame-stream restart protocol (framestack.py). The unroll itself is unroll.py's
-(`UnrollReader`). Any message that fails in any way is a counted drop; if the thread itself
-ends, `error` says why.
+`UnrollReceiver` reads the socket on a thread of its own, validates each message (wire
+format, then values) and copies it straight into a preallocated batch, so the next batch is
+assembled while the current one trains; it answers weight requests from what the training
+loop published, and runs the frame-stream restart protocol (framestack.py). The unroll
+itself is unroll.py's (`UnrollReader`). Any message that fails in any way is a counted drop.
+
+What the learner uses: `start`, `publish`, `counts`, `raise_if_stopped` (the thread ended by
+itself: why), `address` and `stop`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,108 +42,155 @@ log = logging.getLogger("learner")
 MAX_PENDING_RESTARTS = 10_000
 
 
-class UnrollReceiver(threading.Thread):
-    """Socket thread: unrolls into the BatchQueue, weight requests answered from `publish`."""
+@dataclass(frozen=True)
+class ReceiverCounts:
+    """What the receiver has taken in since it started."""
+
+    unrolls: int  # unrolls kept in batches
+    unroll_bytes: int  # their messages on the wire, headers included
+    dropped: int  # malformed messages, each counted and logged by reason
+    drop_reasons: Mapping[str, int]
+    stream_restarts: int  # unrolls dropped because their frame stream could not go on
+    senders: int  # distinct sender names among the kept unrolls
+
+
+class Served(NamedTuple):
+    """The weights the receiver answers requests with."""
+
+    version: int
+    arrays: dict[str, np.ndarray]
+    message: list[Any]  # `arrays` encoded once, sent to every actor that asks
+    run_frames: int  # the run's frames when they were made
+
+
+class UnrollReceiver:
+    """The socket thread: unrolls into the BatchQueue, weight requests answered from
+    `publish`. It owns the socket from `start` to `stop`."""
 
     def __init__(self, sock: LearnerSocket, layout: UnrollLayout, batches: BatchQueue,
                  max_bytes: int, name: str) -> None:
-        super().__init__(name="unroll-receiver", daemon=True)
-        self.sock = sock
-        self.layout = layout
-        self.batches = batches
-        self.max_bytes = max_bytes
-        self.learner_name = name
-        self.reader = UnrollReader(layout)
-        self.schemas = {**self.reader.schemas, "weights_request": None}
-        self.drops = DropLog(log.warning)
-        self.stop_event = threading.Event()
-        self.unrolls = 0
-        self.unroll_bytes = 0  # on the wire, headers included (for bench/system.py)
-        self.stream_restarts = 0  # unrolls dropped because their stream could not go on
-        self.senders: set[str] = set()
+        self._sock = sock
+        self._batches = batches
+        self._max_bytes = max_bytes
+        self._learner_name = name
+        self._reader = UnrollReader(layout)
+        self._schemas = {**self._reader.schemas, "weights_request": None}
+        self._drops = DropLog(log.warning)
+        self._stop = threading.Event()
+        self._unrolls = 0
+        self._unroll_bytes = 0
+        self._stream_restarts = 0
+        self._senders: set[str] = set()
         self._restart_requested: set[bytes] = set()  # peers told to start their streams again
-        self._weights: tuple[int, dict[str, np.ndarray], list[Any]] | None = None
+        self._served: Served | None = None
         self._lock = threading.Lock()
-        self.error: str | None = None  # why `run` ended, if it ended by itself
+        self._error: str | None = None  # why the thread ended, if it ended by itself
+        self._thread = threading.Thread(target=self._serve, name="unroll-receiver", daemon=True)
+
+    @property
+    def address(self) -> str:
+        return self._sock.address
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread and close the socket."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._sock.close()
+
+    def raise_if_stopped(self) -> None:
+        """ReceiverStopped, saying why, if the thread ended by itself (the socket, a bug)."""
+        if self._thread.ident is not None and not self._thread.is_alive() \
+                and not self._stop.is_set():
+            raise ReceiverStopped(f"the unroll receiver thread ended: {self._error}")
+
+    def counts(self) -> ReceiverCounts:
+        return ReceiverCounts(self._unrolls, self._unroll_bytes, self._drops.total,
+                              dict(self._drops.counts), self._stream_restarts,
+                              len(self._senders))
 
     def publish(self, version: int, arrays: dict[str, np.ndarray], run_frames: int = 0
                 ) -> None:
         """Serve these weights from now on; `run_frames`: the run's frames when they were
         made (actors whose exploration follows a schedule read it)."""
-        frames = encode("weights", self.learner_name, arrays, version=version,
-                        run_frames=run_frames)
+        message = encode("weights", self._learner_name, arrays, version=version,
+                         run_frames=run_frames)
         with self._lock:
-            self._weights = (version, arrays, frames, run_frames)
+            self._served = Served(version, arrays, message, run_frames)
 
-    def run(self) -> None:
+    def _serve(self) -> None:
         """Serve until stopped. A message that fails in any way is a counted drop; if the
-        loop itself fails (the socket, a bug), `error` says why and the learner exits."""
+        loop itself fails, `raise_if_stopped` says why."""
         name_os_thread()
         try:
-            while not self.stop_event.is_set():
-                received = self.sock.receive(timeout_ms=100)
+            while not self._stop.is_set():
+                received = self._sock.receive(timeout_ms=100)
                 if received is not None:
                     self._handle(*received)
-        except BaseException as exc:  # noqa: BLE001 - reported through `error` and the log
-            self.error = f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - reported through raise_if_stopped
+            self._error = f"{type(exc).__name__}: {exc}"
             log.exception("the unroll receiver stopped")
 
     def _handle(self, identity: bytes, frames: list[Any]) -> None:
         try:
-            message = decode(frames, self.schemas, self.max_bytes)
+            message = decode(frames, self._schemas, self._max_bytes)
             if message.kind == "weights_request":
                 self._answer_weights_request(identity, message.meta)
             else:
-                self.unroll_bytes += sum(len(frame) for frame in frames)
+                self._unroll_bytes += sum(len(frame) for frame in frames)
                 self._take_unroll(identity, message)
         except WireError as exc:
-            self.drops.drop(_peer_label(identity, frames), str(exc))
+            self._drops.drop(_peer_label(identity, frames), str(exc))
         except Exception as exc:  # noqa: BLE001 - whatever a message makes raise, it is dropped
-            self.drops.drop(_peer_label(identity, frames),
+            self._drops.drop(_peer_label(identity, frames),
                             f"unexpected {type(exc).__name__}: {exc}")
 
     def _take_unroll(self, identity: bytes, message: Message) -> None:
         try:
             # Keyed by the ZeroMQ identity, which a peer cannot choose (a name it can).
-            unroll = self.reader.read(identity, message)
+            unroll = self._reader.read(identity, message)
         except StreamGap as gap:
             self._restart_streams(identity, message.sender, str(gap))
             return
-        if self.batches.add(unroll, self.stop_event):
-            self.unrolls += 1
-            self.senders.add(message.sender)
-            self.reader.kept(unroll)
+        if self._batches.add(unroll, self._stop):
+            self._unrolls += 1
+            self._senders.add(message.sender)
+            self._reader.kept(unroll)
 
     def _restart_streams(self, identity: bytes, sender: str, why: str) -> None:
         """Drop an unroll whose stream cannot go on; the answer to the peer's next weights
         request asks it to send self-contained unrolls again."""
-        self.stream_restarts += 1
+        self._stream_restarts += 1
         if identity not in self._restart_requested:
             if len(self._restart_requested) >= MAX_PENDING_RESTARTS:  # peers that left
                 self._restart_requested.pop()
             self._restart_requested.add(identity)
-            self.reader.forget(identity)
+            self._reader.forget(identity)
             log.info("%s: an unroll %s; asking it to restart its frame streams "
                      "(%d unrolls dropped for this so far)", sender[:50], why,
-                     self.stream_restarts)
+                     self._stream_restarts)
 
     def _answer_weights_request(self, identity: bytes, meta: dict[str, Any]) -> None:
         have = meta_int(meta, "version", -1, MAX_COUNTER)
         with self._lock:
-            current = self._weights
+            served = self._served
         restart = {}
         if identity in self._restart_requested:
             self._restart_requested.discard(identity)
             restart = {"restart_streams": True}
-        if current is None or current[0] == have:
-            self.sock.send(identity, encode("no_update", self.learner_name,
-                                            version=current[0] if current else -1, **restart))
+        if served is None or served.version == have:
+            self._sock.send(identity, encode("no_update", self._learner_name,
+                                             version=served.version if served else -1,
+                                             **restart))
         elif restart:  # the weights with one more header field; the buffers are not copied
-            self.sock.send(identity, encode("weights", self.learner_name, current[1],
-                                            version=current[0], run_frames=current[3],
-                                            **restart))
+            self._sock.send(identity, encode("weights", self._learner_name, served.arrays,
+                                             version=served.version,
+                                             run_frames=served.run_frames, **restart))
         else:
-            self.sock.send(identity, current[2])
+            self._sock.send(identity, served.message)
 
 
 class ReceiverStopped(RuntimeError):

@@ -22,7 +22,7 @@ knows the layout.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,7 @@ EPISODE_LENGTHS = "episode_lengths"
 STREAM = "stream"
 SEQ = "seq"
 PRIORITY = "priority"  # the replay priority the actor computed, where the algorithm does
-EPSILON = "epsilon"  # the environment's exploration epsilon, where the algorithm has one
+TAGS = "tags"  # {name: value}: the algorithm's episode tags for the sending environment
 
 def core_field(k: int) -> str:
     return f"{CORE_PREFIX}{k}"
@@ -76,18 +76,20 @@ class UnrollLayout:
     recorded: str  # the algorithm's name for the [A] floats recorded beside each action
     frame_stack: int = 0  # > 0: observations are stacks of this many frames, sent once each
     overlap: int = 1  # steps an unroll shares with the previous one of its environment
+    episode_tags: tuple[str, ...] = ()  # the algorithm's per-episode values an unroll carries
 
     @classmethod
     def for_agent(cls, unroll_length: int, env: EnvInfo, agent: Agent, recorded: str,
-                  overlap: int = 1) -> UnrollLayout:
+                  overlap: int = 1, episode_tags: tuple[str, ...] = ()) -> UnrollLayout:
         """The one derivation of the layout, used by actors and learners alike (what is
-        recorded, and the overlap, are the algorithm's: impala/algorithm.py)."""
+        recorded, the overlap and the episode tags are the algorithm's:
+        impala/algorithm.py)."""
         if not 1 <= overlap <= unroll_length:
             raise ValueError(f"unrolls of {unroll_length} steps cannot overlap by {overlap}")
         return cls(unroll_length=unroll_length, observation_shape=env.observation_shape,
                    observation_dtype=env.observation_dtype.name, num_actions=env.num_actions,
                    core_shapes=core_shapes_of(agent.initial_state(1)), recorded=recorded,
-                   frame_stack=env.frame_stack, overlap=overlap)
+                   frame_stack=env.frame_stack, overlap=overlap, episode_tags=episode_tags)
 
     @property
     def core_names(self) -> list[str]:
@@ -243,11 +245,11 @@ class UnrollWriter:
     def messages(self, sender: str, policy_version: int,
                  finished: Sequence[Sequence[tuple[float, int]]],
                  priorities: np.ndarray | None = None,
-                 epsilons: np.ndarray | None = None) -> Iterator[list[Any]]:
+                 tags: Mapping[str, np.ndarray] | None = None) -> Iterator[list[Any]]:
         """One encoded message per environment (call `sent()` once all went out);
         `finished[i]`: the (return, length) of the episodes env i ended since its last;
         `priorities[i]`: env i's replay priority, where the algorithm computes one;
-        `epsilons[i]`: env i's exploration epsilon, where the algorithm has one."""
+        `tags[name][i]`: env i's value of each of the algorithm's episode tags."""
         continued = self.streams_open
         kind = UNROLL_CONTINUED if continued else UNROLL
         for i, episodes in enumerate(finished):
@@ -261,8 +263,8 @@ class UnrollWriter:
                     STREAM: i, SEQ: self.sets_sent}
             if priorities is not None:
                 meta[PRIORITY] = float(priorities[i])
-            if epsilons is not None:
-                meta[EPSILON] = float(epsilons[i])
+            if tags:
+                meta[TAGS] = {name: float(values[i]) for name, values in tags.items()}
             yield encode(kind, sender, arrays, **meta)
 
     def sent(self) -> None:

@@ -18,13 +18,13 @@ from impala.unroll import (
     EPISODE_LENGTHS,
     EPISODE_RETURNS,
     EPISODE_START,
-    EPSILON,
     FRAMES,
     LAST_ACTION,
     POLICY_VERSION,
     PRIORITY,
     SEQ,
     STREAM,
+    TAGS,
     UNROLL,
     UNROLL_CONTINUED,
     UnrollLayout,
@@ -44,7 +44,7 @@ MAX_PRIORITY = 1e9
 class EpisodeStats:
     returns: list[float]
     lengths: list[int]
-    epsilons: list[float | None]  # the exploring environment's epsilon, where it has one
+    tags: list[dict[str, float]]  # each episode's values of the algorithm's episode tags
 
     @classmethod
     def empty(cls) -> EpisodeStats:
@@ -53,7 +53,7 @@ class EpisodeStats:
     def extend(self, other: EpisodeStats) -> None:
         self.returns.extend(other.returns)
         self.lengths.extend(other.lengths)
-        self.epsilons.extend(other.epsilons)
+        self.tags.extend(other.tags)
 
 
 @dataclass
@@ -91,7 +91,7 @@ class UnrollReader:
         """`peer`: who sent it, as the transport knows (not as the sender claims)."""
         version, episodes = parse_unroll_meta(message,
                                               max_episodes=self.layout.unroll_length + 1)
-        episodes.epsilons = [parse_epsilon(message)] * len(episodes.returns)
+        episodes.tags = [parse_tags(message, self.layout.episode_tags)] * len(episodes.returns)
         check_unroll_values(message.arrays, self.layout.num_actions)
         unroll = Unroll(message.arrays, message.sender, version, episodes,
                         priority=parse_priority(message))
@@ -121,7 +121,7 @@ def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, Episode
     lengths = meta.get(EPISODE_LENGTHS, [])
     if not (isinstance(returns, list) and isinstance(lengths, list)
             and len(returns) == len(lengths) <= max_episodes
-            and all(_is_sane_return(r) for r in returns)
+            and all(_is_sane_number(r) for r in returns)
             and all(isinstance(n, int) and not isinstance(n, bool)
                     and 0 <= n <= MAX_EPISODE_LENGTH for n in lengths)):
         raise WireError(f"meta.{EPISODE_RETURNS}/{EPISODE_LENGTHS} must be equal-length "
@@ -130,14 +130,15 @@ def parse_unroll_meta(message: Message, max_episodes: int) -> tuple[int, Episode
     return version, EpisodeStats([float(r) for r in returns], [int(n) for n in lengths], [])
 
 
-def parse_epsilon(message: Message) -> float | None:
-    """The sending environment's exploration epsilon, if it sent one: a number in [0, 1]."""
-    value = message.meta.get(EPSILON)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise WireError(f"meta.{EPSILON} must be a number in [0, 1], got {value!r}")
-    return float(value)
+def parse_tags(message: Message, names: tuple[str, ...]) -> dict[str, float]:
+    """The sending environment's episode tags: only the algorithm's `names`, each a finite
+    number of at most MAX_ABS_RETURN in size."""
+    tags = message.meta.get(TAGS, {})
+    if not isinstance(tags, dict) or not set(tags) <= set(names) or not all(
+            _is_sane_number(value) for value in tags.values()):
+        raise WireError(f"meta.{TAGS} must map some of {list(names)} to numbers "
+                        f"(|x| <= {MAX_ABS_RETURN:g}), got {str(tags)[:80]}")
+    return {name: float(value) for name, value in tags.items()}
 
 
 def parse_priority(message: Message) -> float | None:
@@ -152,7 +153,7 @@ def parse_priority(message: Message) -> float | None:
     return float(value)
 
 
-def _is_sane_return(value: Any) -> bool:
+def _is_sane_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     # Compared before any float conversion: float() of a 400-digit integer overflows.

@@ -55,9 +55,7 @@ def start_receiver(port: int, layout: UnrollLayout, batches: BatchQueue,
 
 
 def stop_receiver(receiver: UnrollReceiver) -> None:
-    receiver.stop_event.set()
-    receiver.join(timeout=5)
-    receiver.sock.close()
+    receiver.stop()
 
 
 @contextmanager

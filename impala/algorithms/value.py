@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from impala.unroll import RecordedSteps
 
 GREEDY_EPSILON = 0.01  # environments exploring at most this much show the greedy policy
+EPSILON_TAG = "epsilon"  # each episode carries the epsilon its environment explored with
 # The value-based presets' RMSProp: a small epsilon (inside the root), since the loss is a
 # mean over transitions whose small gradients the default 0.01 shrinks ~30-fold.
 QUIET_RMSPROP = {"decay": 0.95, "epsilon": 1e-6}
@@ -95,10 +96,11 @@ class ValueBased(Algorithm):
              Head("value", per_action=False, init_gain=1.0))
     recorded = "q_values"  # what the actor was greedy in, for its priorities
     log_scalars = ("td_error", "q_value")
+    episode_tags = (EPSILON_TAG,)
     panels = (Panel("TD error (mean |delta| of the trained steps)", ("td_error",)),
               Panel("Q-value (mean of max_a Q over the trained steps)", ("q_value",)),
               Panel(f"return where epsilon <= {GREEDY_EPSILON} (mean of the last 30)",
-                    max_epsilon=GREEDY_EPSILON),
+                    tag_at_most=(EPSILON_TAG, GREEDY_EPSILON)),
               Panel("replay fill (share of its capacity)", ("replay_fill",)),
               Panel("replay age (unrolls stored since a sampled one)", ("replay_age",)))
     status = (StatusItem("td", "td_error"), StatusItem("q", "q_value"))
@@ -183,6 +185,10 @@ class EpsilonGreedy(Exploration):
             floor = max(0.0, 1.0 - frames / self.exploration_frames)
             self.epsilon_tensor = self.own_epsilons.clamp(min=floor)
             self.epsilons = self.epsilon_tensor.numpy()
+
+    def episode_tags(self) -> dict[str, np.ndarray]:
+        """The epsilon each environment explores with now: its episodes' tag."""
+        return {EPSILON_TAG: self.epsilons}
 
     def act(self, heads: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
         from impala.qlearning import dueling_q, epsilon_greedy

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from impala.curves import CurvePlotter, main, plot_run, running_minutes
+from impala.curves import main, plot_run, running_minutes
 from impala.logs import EPISODE_COLUMNS, LOG_COLUMNS, CsvLog
+from impala.plotter import CurvePlotter
 from tests.helpers import ROOT, pid_alive, wait_for
 
 
@@ -110,7 +111,7 @@ def test_the_watcher_redraws_after_a_new_row_and_the_close_draws_the_last(tmp_pa
 
 def test_the_watcher_does_not_outlive_its_learner(tmp_path):
     run_dir = fake_run(tmp_path / "run", rows=3, start_return=0)
-    parent = ("import sys; from pathlib import Path; from impala.curves import CurvePlotter; "
+    parent = ("import sys; from pathlib import Path; from impala.plotter import CurvePlotter; "
               "p = CurvePlotter(Path(sys.argv[1])); p.start(); print(p.proc.pid)")
     out = subprocess.run([sys.executable, "-c", parent, str(run_dir)], capture_output=True,
                          text=True, timeout=60, check=True, cwd=ROOT)
@@ -134,7 +135,8 @@ def test_the_command_names_a_directory_that_is_not_a_run(tmp_path, capsys):
 
 
 def test_kept_episodes_files_are_overlaid_beside_run_directories(tmp_path, capsys):
-    """sandbox/curves/ keeps only episodes CSVs; they overlay with minutes from their start."""
+    """results/episodes/ keeps only episodes CSVs; they overlay with minutes from their
+    start, with or without an algorithm's tag columns after the shared ones."""
     run = fake_run(tmp_path / "run", rows=20, start_return=-21)
     kept = tmp_path / "pong_X_episodes.csv"
     kept.write_text((fake_run(tmp_path / "old", rows=20, start_return=-5)
@@ -147,5 +149,8 @@ def test_kept_episodes_files_are_overlaid_beside_run_directories(tmp_path, capsy
     not_episodes.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit):
         main([str(not_episodes), f"--out={out}"])
-    assert (f"nor an episodes CSV (columns time, frames, episode_return, episode_length, "
-            f"epsilon): {not_episodes}") in capsys.readouterr().err
+    assert (f"nor an episodes CSV (columns time, frames, episode_return, episode_length): "
+            f"{not_episodes}") in capsys.readouterr().err
+    tagged = tmp_path / "tagged.csv"  # an algorithm's episode tags follow the shared columns
+    tagged.write_text("time,frames,episode_return,episode_length,epsilon\n1,10,-21,800,0.4\n")
+    assert main([str(tagged), f"--out={out}"]) == 0

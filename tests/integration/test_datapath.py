@@ -99,7 +99,7 @@ def test_batches_hold_exactly_what_the_actor_saw_and_did():
         thread.join(timeout=15)
         stop_receiver(receiver)
         actor.close()
-    assert receiver.drops.total == 0 and receiver.stream_restarts == 0
+    assert receiver.counts().dropped == 0 and receiver.counts().stream_restarts == 0
 
     # One actor sends its envs' unrolls in order: unroll u is env u % N, set u // N.
     checked_steps = 0

@@ -9,7 +9,6 @@ learner with a real actor and checks each one is counted while training goes on.
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -24,7 +23,8 @@ from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.receiver import ReceiverStopped
 from impala.step import learn_step
-from impala.transport import encode
+from impala.transport import LearnerSocket, encode
+from impala.unroll_reader import UnrollReader
 from tests.helpers import (
     dealer_to,
     free_port,
@@ -124,8 +124,10 @@ def test_hostile_value_is_dropped_counted_and_never_batched(receiver, case):
     dealer.send_multipart(frames)
     dealer.send_multipart(unroll())
     batch = wait_for(lambda: batches.get(timeout=0.1), 10, "the good unroll after it")
-    assert receiver.is_alive() and receiver.drops.total == 1, receiver.drops.counts
-    (logged,) = receiver.drops.counts
+    receiver.raise_if_stopped()
+    counts = receiver.counts()
+    assert counts.dropped == 1, counts.drop_reasons
+    (logged,) = counts.drop_reasons
     assert reason in logged and len(logged) <= 210
     # The batch holds the good unroll, and the hostile one went nowhere.
     assert (batch.arrays["reward"] == GOOD_REWARD).all() and batches.depth() == 0
@@ -139,11 +141,11 @@ def test_an_unexpected_error_on_one_message_is_a_drop_not_a_dead_thread(receiver
     def explode(*_args):
         raise TypeError("a bug the wire checks did not foresee")
 
-    monkeypatch.setattr(receiver, "_take_unroll", explode)
+    monkeypatch.setattr(UnrollReader, "read", explode)
     dealer.send_multipart(unroll())
-    wait_for(lambda: receiver.drops.total == 1, 10, "the drop")
-    assert receiver.is_alive()
-    assert "unexpected TypeError: a bug" in next(iter(receiver.drops.counts))
+    wait_for(lambda: receiver.counts().dropped == 1, 10, "the drop")
+    receiver.raise_if_stopped()
+    assert "unexpected TypeError: a bug" in next(iter(receiver.counts().drop_reasons))
 
 
 def cartpole_config(tmp_path, **changes) -> Config:
@@ -152,30 +154,18 @@ def cartpole_config(tmp_path, **changes) -> Config:
                   **changes)
 
 
-def test_a_learner_whose_receiver_dies_exits_with_an_error_and_keeps_its_checkpoint(tmp_path):
-    learner = Learner(cartpole_config(tmp_path), SingleLearner())
-    outcome: dict[str, BaseException | str] = {}
-
-    def run():
-        try:
-            outcome["status"] = learner.run()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    receiver = wait_for(lambda: getattr(learner, "receiver", None), 30, "the receiver")
-    wait_for(lambda: receiver.is_alive(), 10, "the receiver to run")
-
-    def broken_socket(timeout_ms):
+def test_a_learner_whose_receiver_dies_exits_with_an_error_and_keeps_its_checkpoint(
+        tmp_path, monkeypatch):
+    """The socket fails under the receiver thread: the learner stops training with the
+    reason, and an error exit writes no checkpoint over the last good one."""
+    def broken_socket(self, timeout_ms):
         raise OSError("socket broke")
 
-    receiver.sock.receive = broken_socket
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    assert isinstance(outcome.get("error"), ReceiverStopped), outcome
-    assert "OSError: socket broke" in str(outcome["error"])
-    assert not (learner.run_dir / "checkpoint.pt").exists()  # an error exit saves nothing
+    monkeypatch.setattr(LearnerSocket, "receive", broken_socket)
+    learner = Learner(cartpole_config(tmp_path), SingleLearner())
+    with pytest.raises(ReceiverStopped, match="OSError: socket broke"):
+        learner.run()
+    assert not (learner.run_dir / "checkpoint.pt").exists()
 
 
 def test_a_non_finite_loss_skips_the_update_and_leaves_the_parameters_alone():

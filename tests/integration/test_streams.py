@@ -120,7 +120,7 @@ def test_learner_asks_for_a_restart_then_takes_the_stream_back(receiver):
                                          starts1, seq=1))
     answer = ask_for_weights(dealer, have=3)
     assert answer.kind == "no_update" and answer.meta["restart_streams"] is True
-    assert receiver.stream_restarts == 1 and receiver.unrolls == 0
+    assert receiver.counts().stream_restarts == 1 and receiver.counts().unrolls == 0
     assert "restart_streams" not in ask_for_weights(dealer, have=3).meta  # asked once only
     # The stream starts again: self-contained, then continued with T frames only.
     dealer.send_multipart(unroll_message("unroll", split_stacks(first), starts0, seq=0))
@@ -138,8 +138,8 @@ def test_learner_asks_for_a_restart_then_takes_the_stream_back(receiver):
     answer = ask_for_weights(dealer, have=0)
     assert answer.kind == "weights"
     assert answer.meta == {"version": 3, "run_frames": 0, "restart_streams": True}
-    assert receiver.stream_restarts == 2 and receiver.unrolls == 2
-    assert receiver.drops.total == 0  # a gap is not a malformed message
+    assert receiver.counts().stream_restarts == 2 and receiver.counts().unrolls == 2
+    assert receiver.counts().dropped == 0  # a gap is not a malformed message
 
 
 def test_actor_restarts_its_streams_when_its_learner_restarts():
@@ -160,7 +160,7 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
             batch = batches.get(timeout=0.1)
             if batch is not None:
                 batches.release(batch)
-            return receiver.unrolls >= unrolls
+            return receiver.counts().unrolls >= unrolls
         wait_for(enough, 60, f"{unrolls} unrolls", interval=0)
 
     thread = threading.Thread(target=actor.run, daemon=True)
@@ -168,17 +168,17 @@ def test_actor_restarts_its_streams_when_its_learner_restarts():
     thread.start()
     try:
         drain(batches, receiver, 40)
-        assert receiver.stream_restarts == 0  # one self-contained set, then continued ones
+        assert receiver.counts().stream_restarts == 0  # one self-contained set, then continued ones
         # Each new 84x84 frame crosses the network once: all bytes of every message
         # (headers, rewards, actions, logits, the first self-contained set) included.
-        bytes_per_step = receiver.unroll_bytes / (receiver.unrolls * T)
+        bytes_per_step = receiver.counts().unroll_bytes / (receiver.counts().unrolls * T)
         assert bytes_per_step < 1.1 * 84 * 84, bytes_per_step / (84 * 84)
         stop_receiver(receiver)
         receiver, batches = start_learner()  # knows none of the actor's streams
         drain(batches, receiver, 10)
         # Its first continued unrolls were refused; it restarted its streams and goes on.
-        assert receiver.stream_restarts >= 1
-        assert receiver.drops.total == 0
+        assert receiver.counts().stream_restarts >= 1
+        assert receiver.counts().dropped == 0
     finally:
         stop.set()
         thread.join(timeout=15)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from impala.counters import Control
 from impala.distributed import SingleLearner
 from impala.learner import Learner
 from impala.logs import LearnerLogs
-from impala.receiver import ReceiverStopped
+from impala.receiver import ReceiverCounts, ReceiverStopped
 from impala.rollout import BatchQueue
 from impala.unroll_reader import EpisodeStats
 from tests.helpers import read_csv
@@ -48,19 +47,21 @@ class FakeBackend(SingleLearner):
 
 
 class FakeReceiver:
-    """What the loop reads from the receiver thread, and the versions it was handed."""
+    """The receiver's surface the loop uses, recording the versions it was handed."""
 
-    error = None
-    unrolls = unroll_bytes = stream_restarts = 0
-    drops = SimpleNamespace(total=0)
-    sock = SimpleNamespace(address="tcp://fake:1")
+    address = "tcp://fake:1"
 
     def __init__(self, alive: bool = True) -> None:
         self.alive = alive
         self.published: list[int] = []
 
-    def is_alive(self) -> bool:
-        return self.alive
+    def raise_if_stopped(self) -> None:
+        if not self.alive:
+            raise ReceiverStopped("the unroll receiver thread ended: a test")
+
+    def counts(self) -> ReceiverCounts:
+        return ReceiverCounts(unrolls=0, unroll_bytes=0, dropped=0, drop_reasons={},
+                              stream_restarts=0, senders=0)
 
     def publish(self, version: int, arrays: dict[str, np.ndarray], run_frames: int = 0
                 ) -> None:
@@ -87,7 +88,7 @@ def queue_with(learner: Learner, count: int, seed: int = 0) -> BatchQueue:
         arrays["action"][:] = rng.integers(0, 2, arrays["action"].shape)
         arrays["last_action"][:] = rng.integers(0, 2, arrays["last_action"].shape)
         batch.filled, batch.policy_versions = B, [0] * B
-        batch.episodes.extend(EpisodeStats([10.0], [10], [None]))
+        batch.episodes.extend(EpisodeStats([10.0], [10], [{}]))
         batches.ready.put(batch)
     return batches
 
@@ -109,7 +110,7 @@ def test_it_finishes_on_the_update_that_reaches_the_budget_counting_every_ranks_
     assert train(learner, queue_with(learner, 5), receiver) == "finished"
     # Two ranks' frames per update: the budget of six updates' frames is met after three.
     assert (learner.counters.frames, learner.counters.updates) == (6 * per_update, 3)
-    assert receiver.published == [1, 2, 3]  # new weights after every update
+    assert receiver.published == [0, 1, 2, 3]  # the first weights, then after every update
     rows = read_csv(learner.run_dir / "logs.csv")
     assert list(rows["updates"]) == [3]  # the last row only, once
     assert rows["episodes"].iloc[0] == 6  # both ranks' episodes
@@ -181,7 +182,7 @@ def test_passes_take_several_optimizer_steps_per_batch_and_count_one_update(tmp_
     receiver = FakeReceiver()
     assert train(learner, queue_with(learner, 3), receiver) == "stopped"
     assert backend.steps == 6 and learner.counters.updates == 2
-    assert receiver.published == [1, 2]
+    assert receiver.published == [0, 1, 2]
 
 
 def test_the_learner_holds_the_rate_then_anneals_it_to_zero_at_the_budget(tmp_path):

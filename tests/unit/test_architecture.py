@@ -7,6 +7,7 @@ import ast
 import re
 from pathlib import Path
 
+from impala.config import shared_fields
 from impala.registry import builtin_algorithms
 from tests.helpers import ROOT
 
@@ -83,8 +84,10 @@ def test_shared_modules_name_no_algorithm_nor_its_columns():
     declared = set()
     for cls in algorithms.values():
         declared |= {head.name for head in cls.heads} | {cls.recorded, *cls.log_scalars}
+        declared |= set(cls.episode_tags)
         declared |= {column for panel in cls.panels for column in panel.columns}
     declared -= {"total_loss", "replay_fill", "replay_age"}  # shared columns, panelled
+    declared -= {field.name for field in shared_fields()}  # e.g. RMSProp's `epsilon` flag
     problems = []
     for name, path in modules().items():
         if name.split(".")[-1] in ALGORITHM_MODULES or name.startswith("impala.algorithms"):
