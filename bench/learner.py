@@ -32,23 +32,21 @@ import numpy as np
 import torch
 
 from impala.algorithm import Algorithm
-from impala.algorithms.impala import Impala
+from impala.assembly import assemble, build_optimizer
 from impala.config import Config
 from impala.devices import resolve_device
 from impala.distributed import SingleLearner
 from impala.envs import EnvInfo, describe_env
 from impala.flags import parse_config
 from impala.mixing import UnrollReplay
-from impala.nets import Agent, build_agent, create_agent
-from impala.optim import RMSpropTF
+from impala.nets import Agent
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
-from impala.registry import build_algorithm
 from impala.rollout import Batch
 from impala.schedules import ReplaySchedule
 from impala.step import untimed
 from impala.transport import encode
-from impala.unroll import UnrollLayout, core_shapes_of
+from impala.unroll import UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
 from impala.update import PhaseTimes, Update, UpdateConfig, tensor_operations
 
@@ -85,15 +83,16 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
     if keep_memory:
         keep_freed_memory()
     torch.manual_seed(0)
-    model = create_agent(agent_name, ATARI, ACTIONS, Impala.heads)
-    layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
-                          recorded=Impala.recorded, frame_stack=ATARI[0])
+    cfg = parse_config(["--preset=none", "--trust_region_threshold=0.3",
+                        "--level_name=PongNoFrameskip-v4", f"--agent_name={agent_name}",
+                        f"--unroll_length={T}", f"--batch_size={B}"])
+    on = resolve_device(device, tf32=cfg.tf32_allowed)
+    _, algorithm, model, layout = learner_objects(cfg, on)
     replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), replay_size,
                           priority_exponent=0.6, importance_sampling_exponent=0.4,
                           seed=0) if ratio > 0 else None
     batch = filled_batch(layout, B, replay)
-    cfg = parse_config(["--preset=none", "--trust_region_threshold=0.3"])
-    with learner_update(Impala(cfg), model, cfg, batch, replay, 0, device) as update:
+    with learner_update(algorithm, model, cfg, batch, replay, 0, on) as update:
         updates, wall, cpu = timed(update, seconds)
     trained = updates * T * (B + ratio * B)
     return {"agent": agent_name, "T": T, "B": B, "threads": threads, "replay_ratio": ratio,
@@ -103,20 +102,16 @@ def measure_with_replay(agent_name: str, T: int, B: int, threads: int, seconds: 
 
 @contextmanager
 def learner_update(algorithm: Algorithm, model: Agent, cfg: Config, batch: Batch,
-                   replay: UnrollReplay | None, frames_per_update: int, device: str = "cpu",
+                   replay: UnrollReplay | None, frames_per_update: int, device: torch.device,
                    phases: PhaseTimes | None = None) -> Iterator[Callable[[int], None]]:
     """The learner's own Update (fresh batch, replay, loss, step, after-update work,
-    priorities) on `device`, then the weights handed to a WeightPublisher as the learner
-    does (snapshot here; checked and encoded for the actors on its thread). Yields the
-    update, called with its number; on leaving, the last weights are published. `phases`:
-    a profile of where the training thread's time goes."""
-    on = resolve_device(device, tf32=cfg.tf32_allowed)
-    model.to(on)
-    model.channels_last = cfg.uses_channels_last(on, model, training=True)  # as the learner
-    optimizer = RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
-                          epsilon=cfg.epsilon)
-    run_update = Update(model, optimizer, SingleLearner(), algorithm.learning(model), replay,
-                        on, UpdateConfig.of(cfg), phases)
+    priorities) on `device` (where `model` is), then the weights handed to a
+    WeightPublisher as the learner does (snapshot here; checked and encoded for the actors
+    on its thread). Yields the update, called with its number; on leaving, the last weights
+    are published. `phases`: a profile of where the training thread's time goes."""
+    run_update = Update(model, build_optimizer(cfg, model), SingleLearner(),
+                        algorithm.learning(model), replay, device, UpdateConfig.of(cfg),
+                        phases)
     phase = phases or untimed
     publisher = WeightPublisher(
         lambda version, arrays, frames: encode("weights", "learner-0", arrays, version=version))
@@ -165,14 +160,13 @@ def algorithm_config(algorithm: str, threads: int, replay_size: int,
     return cfg
 
 
-def learner_objects(cfg: Config) -> tuple[EnvInfo, Algorithm, Agent, UnrollLayout]:
-    """The environment, algorithm, agent (on the CPU) and unroll layout a learner with
-    `cfg` builds (impala/learner.py)."""
+def learner_objects(cfg: Config, device: torch.device | None = None
+                    ) -> tuple[EnvInfo, Algorithm, Agent, UnrollLayout]:
+    """The environment, algorithm, agent (on `device`, the CPU if None) and unroll layout
+    a learner with `cfg` builds (impala/assembly.py)."""
     env_info = describe_env(cfg.env_config)
-    algorithm = build_algorithm(cfg)
-    model = build_agent(cfg.agent_name, env_info, algorithm)
-    return env_info, algorithm, model, UnrollLayout.for_agent(
-        cfg.unroll_length, env_info, model, algorithm.recorded, algorithm.overlap)
+    parts = assemble(cfg, env_info, device, training=True)
+    return env_info, parts.algorithm, parts.model, parts.layout
 
 
 def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size: int = 1000,
@@ -184,15 +178,15 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     torch.set_num_threads(threads)
     keep_freed_memory()
     torch.manual_seed(0)
-    env_info, algo, model, layout = learner_objects(cfg)
+    on = resolve_device(device, tf32=cfg.tf32_allowed)
+    env_info, algo, model, layout = learner_objects(cfg, on)
     B, T, ratio = cfg.batch_size, cfg.unroll_length, cfg.replay_ratio
     replay = UnrollReplay(layout, B, ReplaySchedule.constant(ratio), max(cfg.replay_size, 2 * B),
                           cfg.priority_exponent, cfg.importance_sampling_exponent,
                           seed=0) if ratio > 0 else None
-    on = resolve_device(device, tf32=cfg.tf32_allowed)
     batch = filled_batch(layout, B, replay, cfg.stacks_on_device(on))
     fresh_frames = B * (T + 1 - algo.overlap) * env_info.frames_per_step
-    with learner_update(algo, model, cfg, batch, replay, fresh_frames, device,
+    with learner_update(algo, model, cfg, batch, replay, fresh_frames, on,
                         phases) as update:
         updates, wall, cpu = timed(update, seconds)
         operations = tensor_operations(lambda: update(updates))

@@ -33,15 +33,12 @@ RESULT_PREFIX = "SCALING_RESULT "
 def worker(args) -> None:
     """One rank: `args.updates` timed updates after two warm-up ones."""
     import torch
-    from learner import ACTIONS, ATARI, filled_batch
+    from learner import filled_batch, learner_objects
 
-    from impala.algorithms.impala import Impala
+    from impala.assembly import build_optimizer
     from impala.distributed import HorovodBackend, parameter_checksum
     from impala.flags import parse_config
-    from impala.nets import create_agent
-    from impala.optim import RMSpropTF
     from impala.transport import encode
-    from impala.unroll import UnrollLayout, core_shapes_of
     from impala.update import Update, UpdateConfig
     from impala.weights import weights_arrays
 
@@ -49,14 +46,13 @@ def worker(args) -> None:
     backend = HorovodBackend()
     torch.manual_seed(backend.rank)  # different on purpose: the broadcast must equalise
     T, B = (int(x) for x in args.shape.split("x"))
-    cfg = parse_config(["--preset=none"])
-    model = create_agent(args.agent_name, ATARI, ACTIONS, Impala.heads)
-    model.channels_last = cfg.uses_channels_last(torch.device("cpu"), model, training=True)
-    optimizer = backend.prepare(model, RMSpropTF(model.parameters(), lr=cfg.learning_rate))
-    layout = UnrollLayout(T, ATARI, "uint8", ACTIONS, core_shapes_of(model.initial_state(1)),
-                          recorded=Impala.recorded, frame_stack=ATARI[0])
+    cfg = parse_config(["--preset=none", "--level_name=PongNoFrameskip-v4",
+                        f"--agent_name={args.agent_name}", f"--unroll_length={T}",
+                        f"--batch_size={B}"])
+    _, algorithm, model, layout = learner_objects(cfg)
+    optimizer = backend.prepare(model, build_optimizer(cfg, model))
     batch = filled_batch(layout, B, None)
-    run_update = Update(model, optimizer, backend, Impala(cfg).learning(model), None,
+    run_update = Update(model, optimizer, backend, algorithm.learning(model), None,
                         torch.device("cpu"), UpdateConfig.of(cfg))
 
     def update() -> None:

@@ -16,15 +16,15 @@ import time
 import numpy as np
 import torch
 
+from impala.assembly import assemble
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.devices import resolve_device
 from impala.envs import create_env, env_info
-from impala.nets import Agent, AgentOutput, build_agent
+from impala.nets import Agent, AgentOutput
 from impala.process import PARENT_PID_VARIABLE, lower_priority, name_os_thread
-from impala.registry import build_algorithm
 from impala.transport import ActorSocket, WireError, decode, encode
-from impala.unroll import EnvStep, UnrollLayout, UnrollWriter
+from impala.unroll import EnvStep, UnrollWriter
 from impala.weights import weights_schema
 
 log = logging.getLogger("actor")
@@ -151,18 +151,13 @@ class Actor:
         self.envs = [create_env(config, seed=base_seed + i) for i in range(cfg.num_envs)]
         info = env_info(self.envs[0], config)
         torch.manual_seed(base_seed)
-        algorithm = build_algorithm(cfg)
         # The batched forward pass runs on --actor_device; everything around it stays on
         # the CPU (environments, the unroll, the wire).
         self.device = resolve_device(cfg.actor_device, flag="--actor_device",
                                      tf32=cfg.tf32_allowed)
-        self.model = build_agent(cfg.agent_name, info, algorithm).to(self.device)
-        self.model.channels_last = cfg.uses_channels_last(self.device, self.model,
-                                                          training=False)
+        parts = assemble(cfg, info, self.device, training=False)
+        algorithm, self.model, self.layout = parts.algorithm, parts.model, parts.layout
         self.model.eval()
-        self.layout = UnrollLayout.for_agent(cfg.unroll_length, info, self.model,
-                                             algorithm.recorded, algorithm.overlap,
-                                             algorithm.episode_tags)
         # The algorithm's choice of actions, for this actor's place among the run's envs.
         first_env, total_envs = cfg.exploring_envs()
         self.exploration = algorithm.exploration(first_env, cfg.num_envs, total_envs)

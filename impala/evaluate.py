@@ -10,27 +10,27 @@ import torch
 
 from impala import checkpoint
 from impala.algorithm import Algorithm
+from impala.assembly import AgentParts, assemble
 from impala.config import Config
 from impala.envs import create_env, env_info
-from impala.nets import Agent, build_agent
-from impala.registry import build_algorithm
+from impala.nets import Agent
 
 log = logging.getLogger("evaluate")
 
 
-def load_policy(cfg: Config) -> tuple[Agent, Path]:
+def load_policy(cfg: Config) -> tuple[AgentParts, Path]:
+    """The checkpoint's agent (in eval mode, with its algorithm) and its run directory."""
     run_dir = cfg.run_dir
     path = run_dir / checkpoint.CHECKPOINT_NAME
     state = checkpoint.load(path, cfg.to_dict())
     env = create_env(cfg.env_config)
-    algorithm = build_algorithm(cfg)
-    model = build_agent(cfg.agent_name, env_info(env, cfg.env_config), algorithm)
+    parts = assemble(cfg, env_info(env, cfg.env_config), training=False)
     env.close()
-    checkpoint.restore_model(model, state, path, algorithm.old_head_names)
+    model = parts.model
+    checkpoint.restore_model(model, state, path, parts.algorithm.old_head_names)
     model.eval()
-    model.channels_last = cfg.uses_channels_last(torch.device("cpu"), model, training=False)
     log.info("loaded %s (%d frames of training)", path, state["counters"]["frames"])
-    return model, run_dir
+    return parts, run_dir
 
 
 # Episodes played side by side by --mode=test: one batched forward per step instead of one
@@ -74,8 +74,8 @@ def play_episodes(model: Agent, algorithm: Algorithm, envs: list, seeds: list[in
 def test(cfg: Config) -> tuple[float, float]:
     """Play --test_num_episodes episodes (seeds seed, seed+1, ...), PARALLEL_EPISODES at a
     time; print each and return the mean and std of the return."""
-    model, _ = load_policy(cfg)
-    algorithm = build_algorithm(cfg)
+    parts, _ = load_policy(cfg)
+    model, algorithm = parts.model, parts.algorithm
     total = cfg.test_num_episodes
     returns: list[float] = []
     for first in range(0, total, PARALLEL_EPISODES):
@@ -98,7 +98,7 @@ def video(cfg: Config) -> Path:
     """Write an mp4 of one episode beside the checkpoint."""
     import cv2
 
-    model, run_dir = load_policy(cfg)
+    parts, run_dir = load_policy(cfg)
     env = create_env(cfg.env_config, render_mode="rgb_array")
     path = run_dir / "video.mp4"
     writer = None
@@ -112,7 +112,7 @@ def video(cfg: Config) -> Path:
                                      (width, height))
         writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
 
-    [(episode_return, length)] = play_episodes(model, build_algorithm(cfg), [env],
+    [(episode_return, length)] = play_episodes(parts.model, parts.algorithm, [env],
                                                [cfg.seed], on_step=write_frame)
     if writer is not None:
         writer.release()

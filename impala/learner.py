@@ -18,23 +18,20 @@ import numpy as np
 import torch
 
 from impala import auth, checkpoint
+from impala.assembly import assemble, build_optimizer
 from impala.config import Config, learner_io_threads, parse_host_port
 from impala.counters import Control, Counters, IntervalStats, ReturnWindow
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
 from impala.logs import LearnerLogs, RunMeta, status_line
 from impala.mixing import UnrollReplay
-from impala.nets import build_agent
-from impala.optim import RMSpropTF
 from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
 from impala.receiver import UnrollReceiver
-from impala.registry import build_algorithm
 from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
-from impala.unroll import UnrollLayout
 from impala.update import Update, UpdateConfig, UpdateStats
 
 log = logging.getLogger("learner")
@@ -60,19 +57,14 @@ class Learner:
         self.keys = auth.ensure_keys(self.run_dir) if cfg.auth == "curve" else None
 
         env_info = describe_env(cfg.env_config)
-        self.algorithm = build_algorithm(cfg)
-        self.model = build_agent(cfg.agent_name, env_info, self.algorithm).to(self.device)
-        self.model.channels_last = cfg.uses_channels_last(self.device, self.model, training=True)
-        self.layout = UnrollLayout.for_agent(cfg.unroll_length, env_info, self.model,
-                                             self.algorithm.recorded, self.algorithm.overlap,
-                                             self.algorithm.episode_tags)
+        parts = assemble(cfg, env_info, self.device, training=True)
+        self.algorithm, self.model, self.layout = parts.algorithm, parts.model, parts.layout
         # Fresh frames this learner consumes per update (agent steps x action repeat): an
         # unroll brings T + 1 - overlap steps the previous one of its environment did not.
         self.frames_per_update = (cfg.batch_size * (cfg.unroll_length + 1 - self.layout.overlap)
                                   * env_info.frames_per_step)
         self.frames_per_step = env_info.frames_per_step
-        optimizer = RMSpropTF(self.model.parameters(), lr=cfg.learning_rate,
-                              decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)
+        optimizer = build_optimizer(cfg, self.model)
         self.counters = self._restore(optimizer)
         # Each rank replays its own actors' unrolls (rebuilt from new ones on resume).
         self.replay = UnrollReplay(
