@@ -3,7 +3,7 @@ the CPU seconds of pytest plus the processes it started and waited for go to a C
 
 A test whose CPU is far below twice its wall time (2 cores) mostly waits (mpirun's grace,
 sshd). Processes that tmux or sshd started are not counted: the frontend's tests read low.
-sandbox/speed.md ("Side by side on a fast hour") used it.
+Run `IMPALA_TEST_TIMES=times.csv make test` to find where the minutes go.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared helpers for end-to-end tests: free ports, processes, waiting on files."""
+"""Shared test helpers: free ports, processes, waiting on files, reading run directories."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from impala.registry import builtin_presets
 
@@ -27,33 +25,6 @@ PRESETS = {name: dict(preset.values) for name, preset in builtin_presets().items
 # CartPole as a user runs it: the level and the agent; every other setting is the
 # classic preset's (impala/algorithms/impala.py).
 CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_interval_s=2"]
-# Runs of the same command differ (actor processes race the learner, so batches and policy
-# lag differ): alone on the 2-core machine the defaults reached 475 at 186K-252K frames in
-# 17 runs of 17, but 2 runs in ~7 `make test`s missed (best 454 and 474), and two learners
-# once plateaued at ~300-380 over 500K frames; Ape-X's preset missed once in 14 runs
-# (CI, 2026-11-25) and reached 475 at 600K in another (sandbox/value.md). Up to three
-# attempts keep a ~1-in-10 miss from failing CI (~1 in 1,000 fails all three); a break of
-# learning still fails every one, and an attempt is made only after a miss.
-CARTPOLE_ATTEMPTS = 3
-
-Result = TypeVar("Result")
-
-
-def first_solved_attempt(tmp_path: Path, attempt: Callable[[Path], tuple[Result, str | None]],
-                         failure: str, attempts: int = CARTPOLE_ATTEMPTS) -> Result:
-    """Runs `attempt` in a new tmp_path/attempt-<k> until it solves its task, up to
-    `attempts` times, and returns that attempt's result. `attempt` returns (result, miss):
-    miss says how the run fell short, or is None when it solved the task. When every
-    attempt misses, fails with `failure` and each miss."""
-    misses = []
-    for k in range(attempts):
-        attempt_dir = tmp_path / f"attempt-{k}"
-        attempt_dir.mkdir(parents=True)
-        result, miss = attempt(attempt_dir)
-        if miss is None:
-            return result
-        misses.append(miss)
-    pytest.fail(f"{failure} in {attempts} runs: " + "; ".join(misses))
 
 
 def free_port() -> int:

@@ -149,7 +149,7 @@ def test_reading_more_statistics_dispatches_no_more_tensor_operations():
     def operations(count: int) -> int:
         values = {i: torch.tensor(float(i)) for i in range(count)}
         return tensor_operations(lambda: read_to_host(values, torch.ones(4)))
-    assert operations(2) == operations(20)
+    assert 0 < operations(2) == operations(20)  # 0 would be a profiler that saw nothing
 
 
 class Recorder:

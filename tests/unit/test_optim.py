@@ -122,4 +122,4 @@ def test_the_operations_of_a_step_do_not_grow_with_the_parameters():
             param.grad = torch.ones(4)
         optimizer.step()  # the state is made on the first step
         return tensor_operations(optimizer.step)
-    assert operations(2) == operations(20)
+    assert 0 < operations(2) == operations(20)  # 0 would be a profiler that saw nothing

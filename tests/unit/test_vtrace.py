@@ -147,4 +147,4 @@ def test_the_operations_do_not_grow_with_the_unroll_length():
     def operations(T):
         inputs = [torch.tensor(x, dtype=torch.float32) for x in make_inputs(T, 8)]
         return tensor_operations(lambda: vtrace.from_importance_weights(*inputs))
-    assert operations(5) == operations(80)
+    assert 0 < operations(5) == operations(80)  # 0 would be a profiler that saw nothing
