@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from impala.algorithm import Head
+from impala.torsos import ResNetTorso, flat_size
 
 if TYPE_CHECKING:  # annotations only: the agents need no gymnasium
     from impala.algorithm import Algorithm
@@ -148,51 +149,13 @@ class SimpleConvNetAgent(Agent):
             nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
             nn.Flatten(),
         )
-        conv_out = _flat_size(self.convs, observation_shape)
+        conv_out = flat_size(self.convs, observation_shape)
         self.fc = nn.Sequential(nn.Linear(conv_out, 512), nn.ReLU())
         self._build_heads(512 + self.extra_inputs)
         _init_relu_torso_and_heads(self)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(x))
-
-
-class _ResidualBlock(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.conv0 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
-        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv0(F.relu(x))
-        out = self.conv1(F.relu(out))
-        return x + out
-
-
-class _ResNetTorso(nn.Module):
-    """IMPALA's deep torso: per section a conv, a 3x3/2 max-pool and two residual blocks."""
-
-    def __init__(self, observation_shape: tuple[int, ...], sections=(16, 32, 32),
-                 fc_size: int = 256) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        in_channels = observation_shape[0]
-        for out_channels in sections:
-            layers += [
-                nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
-                nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
-                _ResidualBlock(out_channels),
-                _ResidualBlock(out_channels),
-            ]
-            in_channels = out_channels
-        layers += [nn.ReLU(), nn.Flatten()]
-        self.sections = nn.Sequential(*layers)
-        self.fc = nn.Sequential(
-            nn.Linear(_flat_size(self.sections, observation_shape), fc_size), nn.ReLU()
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.sections(x))
 
 
 class ResNetAgent(Agent):
@@ -203,7 +166,7 @@ class ResNetAgent(Agent):
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
                  heads: tuple[Head, ...], action_reward_inputs: bool = True) -> None:
         super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
-        self.resnet = _ResNetTorso(observation_shape)
+        self.resnet = ResNetTorso(observation_shape)
         self._build_heads(256 + self.extra_inputs)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
@@ -309,11 +272,6 @@ def _init_heads(agent: Agent) -> None:
     for spec in agent.head_specs:
         nn.init.orthogonal_(agent.heads[spec.name].weight, gain=spec.init_gain)
         nn.init.zeros_(agent.heads[spec.name].bias)
-
-
-def _flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
-    with torch.no_grad():
-        return int(module(torch.zeros(1, *observation_shape)).shape[-1])
 
 
 AGENTS: dict[str, type[Agent]] = {cls.__name__: cls for cls in (
