@@ -7,7 +7,8 @@ It runs `experiment.py --job_name=local` with 2 actors x 8 envs until --frames (
 atari preset's 20M; the learning rate is held for 80% of them, then anneals) or --minutes
 (then SIGTERM: the learner checkpoints, and running the same command again continues the run
 and the curve). Then it draws the run's curve.png and prints the curve (frames, wall time,
-mean return of the last 30 episodes, entropy) as a Markdown table for sandbox/pong_curve.md.
+mean return of the last 30 episodes, entropy) as a Markdown table; a finished run becomes a
+row of results/runs.csv with its episodes file in results/episodes/.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Two Horovod learners and one actor each on this host, CartPole to a frame budget: the
 whole system's frames/s where learners and actors share the cores, per allreduce backend
-and Horovod cycle time (`HOROVOD_CYCLE_TIME`, which the frontend sets; sandbox/speed.md).
+and Horovod cycle time (`HOROVOD_CYCLE_TIME`, which the frontend sets; docs/speed.md).
 
   .venv/bin/python bench/two_learners.py [--frames=150000] [--cycle_times default 5 10]
       [--torch]

@@ -90,10 +90,11 @@ class ToyLearning(Learning):
                           advantage.abs().mean(dim=0), output.features.detach())
 
 
-# Six seeds of this run (~10 s each): the first 100 episodes averaged 17-25 (random play),
-# the last 100 44-51.
+# 20 runs of this command (seeds 1-6 and 11-24, ~10 s each, some beside other work): the
+# last 100 episodes averaged 34.7 to 54.1. Random play averages ~22 (the mean of 100
+# episodes within about 1.5 of it).
 TOY_FRAMES = 40_000
-TOY_LEARNED = 35.0
+TOY_LEARNED = 30.0
 
 
 @pytest.mark.slow
@@ -105,8 +106,7 @@ def test_an_algorithm_declared_outside_the_package_learns_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "CartPole-v1_MLPAgent"  # the toy's preset chose the agent
     episodes = read_csv(run_dir / "episodes-0.csv")["episode_return"]
-    first, last = episodes.iloc[:100].mean(), episodes.iloc[-100:].mean()
-    assert last >= TOY_LEARNED and last >= 1.5 * first, (first, last)
+    assert episodes.iloc[-100:].mean() >= TOY_LEARNED, episodes.iloc[-100:].mean()
     logs = read_csv(run_dir / "logs.csv")
     assert logs["frames"].iloc[-1] >= TOY_FRAMES and logs["toy_return"].notna().all()
     assert "pg_loss" not in logs and "td_error" not in logs  # only its own scalars
