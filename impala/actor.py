@@ -263,6 +263,7 @@ class Actor:
             if self.weights.version >= 0:
                 log.info("%s: got weights version %d", self.name, self.weights.version)
                 return True
+            time.sleep(0.1)  # the learner is up but has not published its first weights
         return False
 
     def _send_unrolls(self, version: int, priorities: np.ndarray | None) -> bool:

@@ -108,9 +108,11 @@ class UnrollReceiver:
             raise ReceiverStopped(f"the unroll receiver thread ended: {self._error}")
 
     def counts(self) -> ReceiverCounts:
-        return ReceiverCounts(self._unrolls, self._unroll_bytes, self._drops.total,
-                              dict(self._drops.counts), self._stream_restarts,
-                              len(self._senders))
+        # One copy of the reasons (made while holding the GIL), summed here: never an
+        # iteration over the live counter, which the receiver thread may grow meanwhile.
+        reasons = dict(self._drops.counts)
+        return ReceiverCounts(self._unrolls, self._unroll_bytes, sum(reasons.values()),
+                              reasons, self._stream_restarts, len(self._senders))
 
     def publish(self, version: int, arrays: dict[str, np.ndarray], run_frames: int = 0
                 ) -> None:

@@ -18,7 +18,7 @@ from tests.helpers import (
     run,
 )
 
-RECALL_BUDGET = 60_000  # R2D2 with its preset stopped at 4.5 at 34K-44K frames in 22 runs
+RECALL_BUDGET = 60_000  # R2D2's actors reached a mean of 4.5 at 34K-44K frames in 23 runs
 # Ape-X on Recall as favourably as possible: R2D2's settings, minus the recurrence.
 # Half R2D2's: on RecallShort the actors' mean is 4.6-4.8 from 17K frames.
 APEX_RECALL_BUDGET = 30_000
@@ -96,25 +96,23 @@ def test_apex_learns_a_reward_paid_25_steps_later_through_the_atari_data_path(tm
     assert greedy_mean_return(tmp_path, flags, 100) >= 4.5
 
 
-# R2D2's greedy policy once its actors' mean reached 4.5 on Recall: 5.00 over 100 episodes
-# in 21 runs of 22, 3.38 in one (the actors' mean trails the learner, so the stop can catch
-# its greedy policy between answers). A guess scores 0; a lost cue never reaches 4.5.
-R2D2_RECALL_GREEDY = 3.0
+# R2D2's greedy policy after the whole 60K budget on Recall played 5.00 over 100 episodes
+# in 24 runs of 24 (34-39 s each). A guess scores 0; a lost cue never gets far above it.
+R2D2_RECALL_GREEDY = 4.0
 
 
 @pytest.mark.slow
 def test_r2d2_remembers_a_cue_its_frame_stack_no_longer_shows(tmp_path):
     """impala/Recall-v0 shows its cue 7 steps before the answer, beyond a 4-frame stack:
-    R2D2's LSTM, with its stored state and burn-in, learns it. The actors' mean over 100
-    episodes reaches 4.5 within the budget, and the learner's greedy policy then plays it
-    over 100 episodes."""
+    R2D2's LSTM, with its stored state and burn-in, learns it within its budget, and the
+    learner's greedy policy then plays it over 100 episodes. The whole budget, not a stop
+    at the actors' first 4.5: their mean trails the learner, and such a stop once caught
+    the greedy policy between answers (2.6 and 3.38 in 2 runs of 23)."""
     r2d2 = ["--algorithm=r2d2", "--level_name=impala/Recall-v0"]
-    train(tmp_path, [*r2d2, f"--total_environment_frames={RECALL_BUDGET}",
-                     "--target_return=4.5"], timeout=900)
+    train(tmp_path, [*r2d2, f"--total_environment_frames={RECALL_BUDGET}"], timeout=900)
     run_dir = tmp_path / "impala-Recall-v0_MLPLSTMAgent"
-    assert reached_the_target(run_dir), progress(run_dir)
-    assert_stopped_at_the_target(run_dir, 4.5, RECALL_BUDGET)
-    assert greedy_mean_return(tmp_path, r2d2, 100) >= R2D2_RECALL_GREEDY
+    greedy = greedy_mean_return(tmp_path, r2d2, 100)
+    assert greedy >= R2D2_RECALL_GREEDY, progress(run_dir)
     assert "replay: 1000 unrolls" in (run_dir / "learner-0.log").read_text()
     logs = read_csv(run_dir / "logs.csv")
     assert logs["replayed_share"].iloc[-1] == 0.75  # 3 replayed per fresh sequence
