@@ -148,6 +148,10 @@ class Config:
     log_interval_s: float = flag(5.0, "seconds between logs.csv rows and status lines")
     checkpoint_interval_s: float = flag(600.0, "seconds between checkpoints (and one at exit)")
     test_num_episodes: int = flag(10, "episodes played by --mode=test")
+    wandb_project: str = flag("", "also log to this Weights & Biases project (rank 0; "
+                              "offline without an API key; needs the wandb extra)")
+    wandb_entity: str = flag("", "W&B entity (user or team) of --wandb_project")
+    wandb_group: str = flag("", "W&B group of the run (e.g. one per sweep)")
 
     # The algorithm's own flags (its flags_class), filled in from the flags.
     algorithm_flags: Any = field(default=None, metadata={"internal": True})

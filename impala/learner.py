@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -33,6 +34,9 @@ from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.update import Update, UpdateConfig, UpdateStats
+
+if TYPE_CHECKING:
+    from impala.tracking import WandbRun
 
 log = logging.getLogger("learner")
 
@@ -114,9 +118,10 @@ class Learner:
     # ----------------------------------------------------------------------- main loop
     def run(self) -> str:
         """Train until the frame budget or a stop request; returns the exit status."""
+        tracker = self._tracker()  # before serving: a missing package stops the run here
         receiver, batches = self._serve()
         logs = LearnerLogs(self.run_dir, self.rank, self.algorithm.log_scalars,
-                           self.algorithm.episode_tags)
+                           self.algorithm.episode_tags, tracker)
         meta = plotter = None
         if self.is_chief:
             from impala.plotter import CurvePlotter  # pandas: only where curves are drawn
@@ -139,7 +144,19 @@ class Learner:
                 meta.finish(status, frames=self.counters.frames, updates=self.counters.updates)
             if plotter is not None:
                 plotter.close()  # the final picture, with every row
+            if tracker is not None:
+                tracker.finish(self.run_dir / "curve.png", exit_code=int(status == "error"))
         return status
+
+    def _tracker(self) -> WandbRun | None:
+        """Rank 0's W&B run where --wandb_project is set."""
+        cfg = self.cfg
+        if not (self.is_chief and cfg.wandb_project):
+            return None
+        from impala.tracking import WandbRun  # wandb: an optional extra
+
+        return WandbRun(self.run_dir, self.cfg.to_dict(), cfg.wandb_project, cfg.wandb_entity,
+                        cfg.wandb_group)
 
     def _serve(self) -> tuple[UnrollReceiver, BatchQueue]:
         """Bind the socket and start the receiver thread (it serves no weights until the
@@ -281,29 +298,8 @@ class Learner:
             log.warning("update %d skipped: non-finite loss or gradient (grad norm %s); "
                         "%d skipped so far", self.counters.updates, stats.grad_norm,
                         self.skipped_updates)
-        self._warn_about_the_torso(stats.health)
+        self.torso_watch.warn(stats.health, self.counters.updates)
         interval.last = stats.row()
-
-    def _warn_about_the_torso(self, stats: dict[str, float]) -> None:
-        """Say once when the torso is dying and once when it is dead (dead ReLUs: nothing
-        more is learned, and nothing else would show it but a flat curve)."""
-        state = self.torso_watch.check(stats["feature_std"])
-        if state is None:
-            return
-        watch = self.torso_watch
-        seen = (f"feature_std {stats['feature_std']:.1e}, "
-                f"{100 * stats['dead_features']:.0f}% of the features always zero")
-        if state == "dead":
-            log.warning("update %d: the torso's features no longer vary across the batch "
-                        "(%s): the network cannot tell one observation from another and "
-                        "will learn nothing more; restart with a smaller --learning_rate",
-                        self.counters.updates, seen)
-        else:
-            log.warning("update %d: the torso's features vary %.0fx less than at their "
-                        "peak (%s): its ReLUs are dying, and runs that got here on Pong "
-                        "stopped learning; if feature_std in logs.csv keeps falling, "
-                        "restart with a smaller --learning_rate", self.counters.updates,
-                        watch.peak / max(watch.average, 1e-12), seen)
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
                     logs: LearnerLogs, run_start: float, run_start_frames: int) -> None:

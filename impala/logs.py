@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -226,14 +226,19 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{int(seconds) % 60:02d}s"
 
 
+class RowSink(Protocol):
+    def log(self, row: dict[str, Any]) -> None: ...
+
+
 class LearnerLogs:
     """Every file a learner writes while it trains. Each rank: `learner-<rank>.csv` (sync
     check) and `episodes-<rank>.csv`; rank 0 also `logs.csv` and TensorBoard events
     (`curve.png` is curves.py's, drawn from these files)."""
 
     def __init__(self, run_dir: Path, rank: int, scalars: Sequence[str] = (),
-                 episode_tags: Sequence[str] = ()) -> None:
+                 episode_tags: Sequence[str] = (), tracker: RowSink | None = None) -> None:
         self.is_chief = rank == 0
+        self.tracker = tracker  # rank 0's W&B run (tracking.py), where there is one
         self.rank_log = CsvLog(run_dir / f"learner-{rank}.csv", RANK_COLUMNS)
         self.episode_log = CsvLog(run_dir / f"episodes-{rank}.csv",
                                   [*EPISODE_COLUMNS, *episode_tags])
@@ -257,6 +262,8 @@ class LearnerLogs:
             return
         self.run_log.write(row)
         self.tensorboard.write(row, row["frames"])
+        if self.tracker is not None:
+            self.tracker.log(row)
 
     def close(self) -> None:
         for writer in (self.rank_log, self.episode_log, self.run_log, self.tensorboard):

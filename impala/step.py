@@ -3,6 +3,7 @@ clipping and step; and the torso's health. No sockets, no processes, no clocks."
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -14,6 +15,8 @@ import torch
 from impala.algorithm import Learning, LossResult
 from impala.distributed import Backend
 from impala.nets import Agent
+
+log = logging.getLogger("learner")
 
 
 class StepResult(NamedTuple):
@@ -102,3 +105,24 @@ class TorsoWatch:
             return None
         self.said.add(state)
         return state
+
+    def warn(self, stats: dict[str, float], update: int) -> None:
+        """Take update `update`'s torso statistics (`torso_health`) and say once when the
+        torso is dying and once when it is dead (dead ReLUs: nothing more is learned, and
+        nothing else would show it but a flat curve)."""
+        state = self.check(stats["feature_std"])
+        if state is None:
+            return
+        seen = (f"feature_std {stats['feature_std']:.1e}, "
+                f"{100 * stats['dead_features']:.0f}% of the features always zero")
+        if state == "dead":
+            log.warning("update %d: the torso's features no longer vary across the batch "
+                        "(%s): the network cannot tell one observation from another and "
+                        "will learn nothing more; restart with a smaller --learning_rate",
+                        update, seen)
+        else:
+            log.warning("update %d: the torso's features vary %.0fx less than at their "
+                        "peak (%s): its ReLUs are dying, and runs that got here on Pong "
+                        "stopped learning; if feature_std in logs.csv keeps falling, "
+                        "restart with a smaller --learning_rate", update,
+                        self.peak / max(self.average, 1e-12), seen)

@@ -72,8 +72,8 @@ make_venv() {
   local stamp="$VENV/.impala-installed" want
   want=$(sha256sum pyproject.toml | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing the project and its dev extras"
-    "$VENV/bin/pip" install -q -e ".[dev]" "torch==$TORCH_VERSION"
+    log "installing the project and its dev and wandb extras"
+    "$VENV/bin/pip" install -q -e ".[dev,wandb]" "torch==$TORCH_VERSION"
     echo "$want" > "$stamp"
   fi
 }

@@ -216,7 +216,7 @@ def test_a_dying_torso_is_reported_before_it_is_dead(tmp_path, caplog):
     learner = make_learner(tmp_path, FakeBackend(others=[]))
     with caplog.at_level("WARNING", logger="learner"):
         for value in np.geomspace(0.006, 2e-4, 600):
-            learner._warn_about_the_torso({"feature_std": float(value), "dead_features": 0.7})
+            learner.torso_watch.warn({"feature_std": float(value), "dead_features": 0.7}, 1)
     warnings = [r.getMessage() for r in caplog.records if "dying" in r.getMessage()]
     assert len(warnings) == 1
     assert "less than at their peak" in warnings[0] and "70% of the features" in warnings[0]
