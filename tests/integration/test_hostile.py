@@ -104,6 +104,10 @@ HOSTILE = {
     "priority of 400 digits": (unroll(priority=10**400), "priority"),
     "priority true": (unroll(priority=True), "priority"),
     "priority a string": (unroll(priority="high"), "priority"),
+    # An algorithm's episode tags: only the names it declares (IMPALA declares none).
+    "a tag the algorithm does not declare": (unroll(tags={"epsilon": 0.5}), "tags"),
+    "tags a list": (unroll(tags=[0.5]), "tags"),
+    "tag NaN": (raw_header(header_with('{"policy_version": 0, "tags": {"x": NaN}}')), "tags"),
     "weights request version of 400 digits": (
         encode("weights_request", "actor-0", version=10**400), "meta.version"),
     "weights request version true": (

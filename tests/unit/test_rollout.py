@@ -109,3 +109,28 @@ def test_one_layout_derivation_for_actor_and_learner():
     assert schema["frames"].shape == (24, 84, 84) and schema["frames"].dtype == "uint8"
     assert schema["policy_logits"].shape == (21, 6)
     assert sum(name.startswith("core_") for name in schema) == 2  # the LSTM's h and c
+
+
+def test_an_algorithms_episode_tags_ride_with_its_episodes_from_writer_to_reader():
+    """Shared code carries an algorithm's per-environment tags (Ape-X's epsilon) by name:
+    the writer puts each environment's values in its unroll, the reader hands them on with
+    every episode that unroll finished."""
+    from impala.transport import decode
+    from impala.unroll import EnvStep, UnrollWriter
+
+    layout = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
+                          num_actions=2, core_shapes=(), recorded=Impala.recorded,
+                          episode_tags=("rate",))
+    writer = UnrollWriter(layout, num_envs=2)
+    step = EnvStep(np.zeros((2, 2), np.float32), np.zeros(2, np.float32), np.zeros(2, bool),
+                   np.zeros(2, np.int64), np.zeros(2, bool))
+    for t in range(4):
+        writer.record(t, step, np.zeros(2, np.int64), np.zeros((2, 2), np.float32))
+    finished = [[(1.0, 10), (2.0, 20)], []]
+    messages = list(writer.messages("a", 0, finished, tags={"rate": np.array([0.25, 0.5])}))
+    reader = UnrollReader(layout)
+    first, second = (reader.read("peer", decode(frames, reader.schemas, 1 << 20))
+                     for frames in messages)
+    assert first.episodes.returns == [1.0, 2.0]
+    assert first.episodes.tags == [{"rate": 0.25}, {"rate": 0.25}]
+    assert second.episodes.tags == []  # no episode ended there
