@@ -50,9 +50,6 @@ from impala.unroll import UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
 from impala.update import PhaseTimes, Update, UpdateConfig, tensor_operations
 
-ATARI = (4, 84, 84)
-ACTIONS = 6
-
 
 def timed(update: Callable[[int], None], seconds: float) -> tuple[int, float, float]:
     """`update(0)` once to warm up, then `update(i)` for i = 0, 1, ... for `seconds`:
