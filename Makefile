@@ -14,7 +14,11 @@ NUM_ENVS   ?=
 FRAMES     ?=
 TRAIN_FLAGS ?=
 
-.PHONY: setup train test test-fast lint bench results clean-runs
+# `make docker`: the project's image (docker/README.md); BASE picks the base image.
+BASE  ?= python:3.11-slim-bookworm
+IMAGE ?= impala-cpu
+
+.PHONY: setup train test test-fast lint bench results docker clean-runs
 
 setup:
 	bash scripts/setup.sh
@@ -25,8 +29,10 @@ train: setup
 	  $(if $(AGENT),--agent_name=$(AGENT)) $(if $(NUM_ENVS),--num_envs=$(NUM_ENVS)) \
 	  $(if $(FRAMES),--total_environment_frames=$(FRAMES)) $(TRAIN_FLAGS)
 
-# Everything: unit, integration and end-to-end (learning, mpirun, tmux, sshd in netns).
+# Everything: unit, integration and end-to-end (learning, mpirun, tmux, sshd in netns, and
+# the real engines: Docker, Slurm, which --test-engines installs).
 test: setup
+	bash scripts/setup.sh --test-engines
 	$(VENV)/bin/ruff check .
 	$(PYTEST) -q -ra --timeout=900 --durations=25
 
@@ -39,6 +45,9 @@ lint: setup
 
 bench: setup
 	$(PY) bench/env.py && $(PY) bench/learner.py && $(PY) bench/inference.py
+
+docker:
+	BASE=$(BASE) IMAGE=$(IMAGE) bash scripts/docker-build.sh
 
 # Redraw results/figures and results/SUMMARY.md from results/runs.csv and its episode files.
 results: setup

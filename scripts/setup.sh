@@ -5,7 +5,11 @@
 # A second run finds everything in place and takes seconds. Used by `make setup`, which
 # `make train` and `make test` call first, by .ci/run and by the Docker images.
 #   scripts/setup.sh --torch-build   prints the torch build it would install (cpu or cuda)
+#   scripts/setup.sh --system        Debian packages only (the Docker image's first layer)
+#   scripts/setup.sh --no-system     everything but the Debian packages
+#   scripts/setup.sh --test-engines  the engines the test suite runs for real: Docker, Slurm
 # TORCH_BUILD=cpu|cuda overrides the choice; TORCH_CUDA_INDEX is where CUDA builds come from.
+# IMPALA_EXTRAS are the project's extras to install (default dev,wandb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +19,12 @@ TORCH_VERSION=2.13.0          # a local CPU wheel on these machines; anything el
 TORCH_CUDA_INDEX=${TORCH_CUDA_INDEX:-https://download.pytorch.org/whl/cu128}
 HOROVOD_VERSION=0.28.1        # newest release (June 2023); see README "Why Horovod is patched"
 CACHE=${IMPALA_CACHE:-$HOME/.cache/impala-mlma}
-APT_PACKAGES=(openmpi-bin libopenmpi-dev tmux openssh-client openssh-server iproute2 openssl)
+EXTRAS=${IMPALA_EXTRAS:-dev,wandb}
+APT_PACKAGES=(openmpi-bin tmux openssh-client openssh-server iproute2 openssl)
+# The real engines of tests/e2e/test_docker.py and test_slurm.py (a base image is made
+# with debootstrap from Debian's mirror: no image registry is needed).
+TEST_ENGINE_PACKAGES=(docker.io debootstrap slurm-wlm munge)
+BUILD_PACKAGES=(libopenmpi-dev g++ make cmake)  # only where Horovod must be compiled
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -32,7 +41,7 @@ torch_build() {
 
 install_apt_packages() {
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -70,10 +79,10 @@ make_venv() {
   install_torch "$(torch_build)"
   # Re-install the project only when its metadata changed.
   local stamp="$VENV/.impala-installed" want
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing the project and its dev and wandb extras"
-    "$VENV/bin/pip" install -q -e ".[dev,wandb]" "torch==$TORCH_VERSION"
+    log "installing the project and its extras ($EXTRAS)"
+    "$VENV/bin/pip" install -q -e ".[$EXTRAS]" "torch==$TORCH_VERSION"
     echo "$want" > "$stamp"
   fi
 }
@@ -83,6 +92,7 @@ build_horovod_wheel() {
   # fixed it after the last release. Fetch the sdist, switch both lines to 17, build a wheel.
   local work
   work=$(mktemp -d)
+  install_apt_packages "${BUILD_PACKAGES[@]}"
   log "building Horovod $HOROVOD_VERSION (PyTorch, MPI, Gloo); about 2 minutes on 2 cores"
   "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "horovod==$HOROVOD_VERSION"
   tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
@@ -102,16 +112,31 @@ build_horovod_wheel() {
   rm -rf "$work"
 }
 
+cached_horovod_wheel() {
+  ls "$CACHE"/wheels/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true
+}
+
 install_horovod() {
   if "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then return 0; fi
   local wheel
-  wheel=$(ls "$CACHE"/wheels/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  wheel=$(cached_horovod_wheel)
+  if [ -n "$wheel" ]; then
+    log "installing $wheel"
+    "$VENV/bin/pip" install -q "$wheel"
+    if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
+      # A wheel built on another machine (a newer C library, another MPI) does not load
+      # here: build one for this machine instead.
+      log "the cached $(basename "$wheel") does not load here; building Horovod for this machine"
+      mv "$wheel" "$wheel.unusable"
+      wheel=""
+    fi
+  fi
   if [ -z "$wheel" ]; then
     build_horovod_wheel
-    wheel=$(ls "$CACHE"/wheels/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
+    wheel=$(cached_horovod_wheel)
+    log "installing $wheel"
+    "$VENV/bin/pip" install -q --force-reinstall "$wheel"
   fi
-  log "installing $wheel"
-  "$VENV/bin/pip" install -q "$wheel"
   "$VENV/bin/horovodrun" --check-build
 }
 
@@ -119,7 +144,13 @@ if [ "${1:-}" = "--torch-build" ]; then
   torch_build
   exit 0
 fi
-install_apt_packages
+case "${1:-}" in
+  --system) install_apt_packages "${APT_PACKAGES[@]}"; exit 0 ;;
+  --test-engines) install_apt_packages "${TEST_ENGINE_PACKAGES[@]}"; exit 0 ;;
+  --no-system) ;;
+  "") install_apt_packages "${APT_PACKAGES[@]}" ;;
+  *) echo "[setup] unknown option: $1 (see the top of $0)" >&2; exit 2 ;;
+esac
 make_venv
 install_horovod
 log "ready: $VENV ($("$VENV/bin/python" -c 'import torch, horovod; print("torch", torch.__version__, "horovod", horovod.__version__)'))"

@@ -1,0 +1,85 @@
+"""The project's image, built by `make docker` with a real Docker engine from a base made with
+debootstrap, and a cluster of its containers started by the frontend from a CSV: two learners
+under one mpirun and two actors, training CartPole to its budget with the learners in sync."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.docker_engine import (
+    ContainerNetwork,
+    DockerEngine,
+    docker,
+    make_base_image,
+    unavailable_reason,
+)
+from tests.frontend import CARTPOLE, frontend, tmux_has
+from tests.helpers import ROOT, assert_ranks_in_sync, last_value
+
+IMAGE = "impala-cpu"
+SKIP = unavailable_reason()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(SKIP is not None, reason=f"needs a Docker engine: {SKIP}")]
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    """`make docker BASE=<a debootstrapped bookworm>`, as a user with no registry would."""
+    workdir = tmp_path_factory.mktemp("docker")
+    with DockerEngine(workdir / "engine"):
+        base = make_base_image(workdir)
+        built = subprocess.run(["make", "docker", f"BASE={base}"], cwd=ROOT, text=True,
+                               capture_output=True, timeout=900)
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        assert f"built {IMAGE}" in built.stdout
+        yield IMAGE
+
+
+def test_the_image_runs_the_project_from_its_working_directory(image):
+    shown = docker("run", "--rm", image, "sh", "-c",
+                   "pwd && command -v python && python -c 'import impala.cli, horovod.torch'"
+                   " && ls /etc/ssh/ssh_host_ed25519_key")
+    assert shown.stdout.split()[:2] == ["/opt/impala", "/opt/impala/.venv/bin/python"]
+    # No two containers share host keys: each makes its own at its first start.
+    keys = [docker("run", "--rm", image, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
+            for _ in range(2)]
+    assert keys[0] != keys[1]
+
+
+def test_a_cluster_of_containers_trains_with_two_learners_in_sync(image, tmp_path):
+    """Container 0 and 1 run a learner each (one mpirun, launched here over SSH), container 2
+    two actors; the frontend runs here, as on a login machine that reaches the network."""
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    logdir = tmp_path / "runs"  # each container sees a directory of its own at this path
+    with ContainerNetwork("impala-test-net", image, 3, key.with_suffix(".pub"), logdir,
+                          tmp_path / "containers") as net:
+        ssh_config = tmp_path / "ssh_config"
+        ssh_config.write_text(
+            f"Host {net.SUBNET}.*\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+        hosts = tmp_path / "hosts.csv"
+        hosts.write_text(  # the columns and values docker/README.md gives
+            "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password,workdir\n"
+            f"learner,{net.address(0)},8001,,22,root,,/opt/impala\n"
+            f"learner,{net.address(1)},8001,,22,root,,/opt/impala\n"
+            f"actor,{net.address(2)},9001,,22,root,,/opt/impala\n"
+            f"actor,{net.address(2)},9002,,22,root,,/opt/impala\n")
+        session = "impala-test-docker"
+        result = frontend(f"--workers_csv_path={hosts}", f"--tmux_sess={session}",
+                          f"--logdir={logdir}", f"--ssh_config={ssh_config}",
+                          f"--mpi_iface={net.SUBNET}.0/24", "--total_environment_frames=40000",
+                          "--summary_interval_s=2", "--force", *CARTPOLE, timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "checking 3 remote host(s)" in result.stdout
+        assert "learners ended" in result.stdout
+        assert not tmux_has(session)
+        for index in range(3):  # the run left nothing behind but each container's sshd
+            assert all("sshd" in p for p in net.processes(index)), net.processes(index)
+        run_dir = logdir / "CartPole-v1_MLPAgent"
+        rank_dirs = [net.local_path(0, run_dir), net.local_path(1, run_dir)]
+        assert last_value(rank_dirs[0] / "logs.csv", "frames") >= 40_000
+        assert (rank_dirs[0] / "checkpoint.pt").exists()
+        assert assert_ranks_in_sync(run_dir, rank_dirs=rank_dirs)["updates"].iloc[-1] > 20
