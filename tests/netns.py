@@ -24,6 +24,7 @@ from pathlib import Path
 SUBNET = "10.213.77"  # private test subnet, only inside the namespaces made here
 BRIDGE = "impbr0"
 BRIDGE_ADDRESS = f"{SUBNET}.254"
+FORWARD_RULE = f"-A FORWARD -i {BRIDGE} -o {BRIDGE} -j ACCEPT"
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -68,8 +69,9 @@ class NamespaceNetwork:
     """`count` hosts at SUBNET.1 .. SUBNET.count; `ssh_config` logs in as root with a key."""
 
     def __init__(self, workdir: Path, count: int = 3, password_hosts: tuple[int, ...] = (),
-                 private_dir: Path | None = None):
+                 private_dir: Path | None = None, sshd: bool = True):
         self.workdir = workdir
+        self.sshd = sshd  # False: the hosts run no sshd (their daemons are the test's)
         self.private_dir = private_dir
         self.count = count
         self.password_hosts = password_hosts  # indices whose sshd takes passwords too
@@ -84,7 +86,7 @@ class NamespaceNetwork:
             self._make_bridge()
             for index in range(self.count):
                 self.hosts.append(self._make_host(index))
-            for host in self.hosts:
+            for host in self.hosts if self.sshd else ():
                 self._wait_for_sshd(host)
         except BaseException:
             self.__exit__(None, None, None)
@@ -109,10 +111,16 @@ class NamespaceNetwork:
             "  ConnectTimeout 10\n")
 
     def _make_bridge(self) -> None:
+        if shutil.which("iptables"):
+            sh("iptables", *FORWARD_RULE.replace("-A", "-D", 1).split(), check=False)
         sh("ip", "link", "del", BRIDGE, check=False)
         sh("ip", "link", "add", BRIDGE, "type", "bridge")
         sh("ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
+        # Where Docker has run, bridged traffic passes iptables' FORWARD chain, whose policy
+        # Docker sets to DROP (and leaves so after it stops): let the hosts reach each other.
+        if shutil.which("iptables"):
+            sh("iptables", *FORWARD_RULE.replace("-A", "-I", 1).split(), check=False)
 
     def _make_host(self, index: int) -> NamespaceHost:
         name = f"imphost{index}"
@@ -129,8 +137,10 @@ class NamespaceNetwork:
                         ["ip", "addr", "add", f"{address}/24", "dev", inside],
                         ["ip", "link", "set", inside, "up"]):
             sh("ip", "netns", "exec", name, *command)
-        Path("/run/sshd").mkdir(exist_ok=True)
         pidfile = self.workdir / f"sshd-{index}.pid"
+        if not self.sshd:
+            return NamespaceHost(name, address, pidfile)
+        Path("/run/sshd").mkdir(exist_ok=True)
         options = [f"ListenAddress={address}", f"HostKey={self.workdir / 'host_key'}",
                    f"AuthorizedKeysFile={self.workdir / 'authorized_keys'}",
                    "StrictModes=no", f"PidFile={pidfile}", "UsePAM=no",
@@ -182,4 +192,6 @@ class NamespaceNetwork:
             sh("ip", "netns", "del", host.name, check=False)
         for index in range(self.count):
             sh("ip", "link", "del", f"impv{index}", check=False)
+        if shutil.which("iptables"):
+            sh("iptables", *FORWARD_RULE.replace("-A", "-D", 1).split(), check=False)
         sh("ip", "link", "del", BRIDGE, check=False)

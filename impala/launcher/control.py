@@ -18,7 +18,8 @@ from pathlib import Path
 
 from impala.launcher import logged, tmux
 from impala.launcher.cluster import ClusterFileError, WorkerSpec, read_cluster_csv
-from impala.launcher.plan import ClusterRecord, FrontendOptions, Process, ssh_options_of
+from impala.launcher.options import FrontendOptions
+from impala.launcher.plan import ClusterRecord, Process, ssh_options_of
 from impala.launcher.ssh import HostAccess, host_access, run_remote
 
 LEARNER_STOP_GRACE_S = 90.0  # learners save a checkpoint on SIGTERM

@@ -6,14 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impala import auth
-from impala.launcher.ssh import HostAccess, problems_in_parallel, put_private_file
+from impala.launcher import slurm, ssh
+from impala.launcher.ssh import HostAccess, problems_in_parallel
 
 
 @dataclass(frozen=True)
 class KeyCopy:
-    access: HostAccess
+    access: HostAccess | None  # the host's login; None for a Slurm node
     path: str  # the key file's path on that host
-    lines: tuple[int, ...]  # CSV lines that need it there
+    lines: tuple[int, ...]  # CSV lines (or Slurm workers) that need it there
+    node: slurm.SlurmNode | None = None  # with --slurm: the node, reached by srun
 
 
 def copy_keys(local_run_dir: Path, copies: list[KeyCopy]) -> list[str]:
@@ -24,8 +26,14 @@ def copy_keys(local_run_dir: Path, copies: list[KeyCopy]) -> list[str]:
 
     def copy(item: KeyCopy) -> str | None:
         try:
-            put_private_file(item.access, item.path, content)
+            if item.node is not None:
+                slurm.put_private_file(item.node, item.path, content)
+                return None
+            assert item.access is not None
+            ssh.put_private_file(item.access, item.path, content)
         except ConnectionError as exc:
+            if item.node is not None:
+                return f"cannot copy the run's keys to Slurm node {item.node.name}: {exc}"
             lines = ", ".join(str(n) for n in item.lines)
             return f"cannot copy the run's keys: {exc} (CSV line {lines})"
         return None

@@ -25,6 +25,11 @@ class LearnerLaunch:
     python: str  # interpreter on that host
     workdir: str  # project checkout on that host
     cuda_visible_devices: str = ""
+    node: str = ""  # the name mpirun launches on, where it differs from `host` (Slurm's)
+
+    @property
+    def launch_host(self) -> str:
+        return self.node or self.host
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class MpiOptions:
     as_root: bool = os.geteuid() == 0 if hasattr(os, "geteuid") else False
     iface: str | None = None  # network (CIDR) or interface name for MPI's TCP traffic
     ssh_command: str | None = None  # how mpirun reaches remote hosts, e.g. "ssh -F cfg"
+    slurm: bool = False  # inside a Slurm allocation: mpirun launches through srun
     master_port: int = 29500  # torch.distributed rendezvous on the first learner's host
     # Milliseconds between Horovod's coordination rounds, which also run while ranks wait
     # for data and take CPU from actors sharing the cores: 5 ms against Horovod's own
@@ -47,7 +53,7 @@ def host_slots(learners: list[LearnerLaunch]) -> str:
     """`a:2,b:1`: each host once, in first-seen order, with its number of learners."""
     counts: dict[str, int] = {}
     for learner in learners:
-        counts[learner.host] = counts.get(learner.host, 0) + 1
+        counts[learner.launch_host] = counts.get(learner.launch_host, 0) + 1
     return ",".join(f"{host}:{n}" for host, n in counts.items())
 
 
@@ -71,6 +77,10 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
     command += ["-mca", "odls_base_sigkill_timeout", str(options.stop_grace_s)]
     if options.ssh_command:
         command += ["-mca", "plm_rsh_agent", options.ssh_command]
+    if options.slurm:
+        # mpirun's daemons are a job step: let it share the nodes' CPUs with the actors'
+        # steps, or whichever starts second waits for the other to end.
+        command += ["-mca", "plm_slurm_args", "--overlap"]
     if options.iface:
         command += ["-mca", "oob_tcp_if_include", options.iface,
                     "-mca", "btl_tcp_if_include", options.iface]
@@ -81,7 +91,8 @@ def mpirun_command(learners: list[LearnerLaunch], learner_flags: list[str],
             command.append(":")
         # Pin the block to its host; naming the host's full slot count lets several
         # blocks share one host.
-        command += ["-np", "1", "-host", slot_of[learner.host], "-wdir", learner.workdir]
+        command += ["-np", "1", "-host", slot_of[learner.launch_host], "-wdir",
+                    learner.workdir]
         # In an MPMD command line, -x before the first block reaches only the first
         # block's rank (measured with OpenMPI 4.1), so every block gets its own.
         variables = ["PYTHONUNBUFFERED=1", f"MASTER_ADDR={learners[0].host}",

@@ -9,11 +9,10 @@ preflight and the key copies read the plan's placements.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ from impala.config import Config
 from impala.launcher.cluster import LearnerGroup, WorkerSpec, learner_groups
 from impala.launcher.keys import KeyCopy
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
+from impala.launcher.options import FrontendOptions
+from impala.launcher.slurm import SlurmNode, slurm_env, srun_argv
 from impala.launcher.ssh import (
     HostAccess,
     PreflightCheck,
@@ -39,49 +40,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 # Flags that the frontend sets per process instead of passing through.
 PER_PROCESS_FLAGS = ("job_name", "task", "learner_host", "num_actors", "num_envs", "mode",
                      "actor_hosts", "run_name", "logdir", "first_env", "total_envs")
-
-
-def _option(help: str, default: Any = dataclasses.MISSING) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass(frozen=True)
-class FrontendOptions:
-    """The frontend's own flags (frontend.py makes one `--name` per field from this)."""
-
-    workers_csv_path: str = _option("CSV: job,ip,tf_port,cuda_visible_devices,ssh_port,"
-                                    "ssh_username,ssh_password[,num_envs,python,workdir,"
-                                    "ssh_key]")
-    tmux_sess: str = _option("tmux session name", "impala")
-    dry_run: bool = _option("print the plan and every command, start nothing", False)
-    force: bool = _option("replace an existing tmux session of that name", False)
-    detach: bool = _option("return right after starting", False)
-    stop: bool = _option("stop exactly the processes of this run on every host", False)
-    status: bool = _option("show each process of this run alive or dead with its last line",
-                           False)
-    mpi_iface: str = _option("network (CIDR) or interface for MPI traffic, e.g. 10.0.0.0/24",
-                             "")
-    ssh_config: str = _option("ssh_config file for ssh and mpirun", "")
-    ssh_options: str = _option("extra OpenSSH options for ssh and mpirun, e.g. "
-                               "'-o ConnectTimeout=5'", "")
-    remote_workdir: str = _option("project checkout on remote hosts (default: this "
-                                  "checkout's path)", "")
-    remote_python: str = _option("interpreter on remote hosts (default: "
-                                 "<workdir>/.venv/bin/python)", "")
-    master_port: int = _option("torch.distributed rendezvous port (--allreduce_backend=torch)",
-                               29500)
-    horovod_cycle_time_ms: float = _option("ms between Horovod's coordination rounds "
-                                           "(HOROVOD_CYCLE_TIME; lower: less latency per "
-                                           "update, more CPU while waiting)", 5.0)
-    summary_interval_s: float = _option("seconds between the live summary's lines", 10.0)
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.master_port <= 65535:
-            raise ValueError(f"--master_port must be a port (1-65535), got {self.master_port}")
-        for name in ("horovod_cycle_time_ms", "summary_interval_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name} must be a number > 0, got {value}")
 
 
 @dataclass
@@ -104,6 +62,7 @@ class Process:
     # the password (never written); a password login reads it from the CSV again.
     ssh: dict[str, Any] = field(default_factory=dict)
     ssh_password_in_csv: bool = False
+    via: str = ""  # "srun" for a process this host starts on a Slurm node
 
 
 @dataclass
@@ -136,7 +95,8 @@ class ClusterRecord:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one CSV row's process runs: this host, or a remote one reached by `access`."""
+    """Where one worker's process runs: this host, a remote one reached by `access`, or
+    (with --slurm) a node of the allocation reached by srun."""
 
     line: int  # CSV line of the row
     local: bool
@@ -145,6 +105,7 @@ class Placement:
     run_dir: str  # the run directory there
     access: HostAccess | None  # the row's login; None on this host
     learner_host: bool  # the host runs a learner (needs mpirun's daemon and Horovod)
+    slurm_node: SlurmNode | None = None
 
 
 @dataclass
@@ -191,27 +152,32 @@ def local_workdir_problems(workers: list[WorkerSpec]) -> list[str]:
             and Path(w.workdir).resolve() != PROJECT_ROOT]
 
 
-def place_workers(cfg: Config, opts: FrontendOptions,
-                  workers: list[WorkerSpec]) -> dict[int, Placement]:
-    """Each row's placement, by CSV line."""
+def place_workers(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec],
+                  node_of: Mapping[int, SlurmNode] | None = None) -> dict[int, Placement]:
+    """Each row's placement, by CSV line. With `node_of` (--slurm), every worker is started
+    by srun on its node, in the checkout and interpreter at this checkout's paths (a
+    cluster's shared filesystem) unless --remote_workdir/--remote_python say otherwise."""
     addresses = local_addresses()
     options = ssh_options_of(opts)
     learner_ips = {w.ip for w in workers if w.job == "learner"}
     placements = {}
     for worker in workers:
-        local = is_local(worker.ip, addresses)
+        node = node_of[worker.line] if node_of else None
+        local = node is None and is_local(worker.ip, addresses)
         workdir = workdir_of(worker, local, opts)
         placements[worker.line] = Placement(
             line=worker.line, local=local, workdir=workdir,
             python=python_of(worker, local, workdir, opts),
             run_dir=str(cfg.run_dir_on(workdir)),
-            access=None if local else host_access(worker, options),
-            learner_host=worker.ip in learner_ips)
+            access=None if local or node else host_access(worker, options),
+            learner_host=worker.ip in learner_ips, slurm_node=node)
     return placements
 
 
-def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) -> Plan:
-    placements = place_workers(cfg, opts, workers)
+def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec],
+               node_of: Mapping[int, SlurmNode] | None = None) -> Plan:
+    """The run's processes; `node_of` gives each worker's Slurm node, by line (--slurm)."""
+    placements = place_workers(cfg, opts, workers, node_of)
     run_dir = cfg.run_dir_on(PROJECT_ROOT)
     common = (_training_flags(cfg)
               + [f"--logdir={cfg.logdir}", f"--run_name={cfg.resolved_run_name}"])
@@ -219,11 +185,17 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec]) ->
     launches = []
     for group in groups:
         place = placements[group.learner.line]
-        launches.append(LearnerLaunch(group.learner.ip, group.learner.port, place.python,
-                                      place.workdir, group.learner.cuda_visible_devices))
+        launches.append(LearnerLaunch(
+            group.learner.ip, group.learner.port, place.python, place.workdir,
+            group.learner.cuda_visible_devices,
+            node=place.slurm_node.name if place.slurm_node else ""))
     mpi = mpirun_command(launches, common, MpiOptions(
-        iface=opts.mpi_iface or None, ssh_command=mpirun_ssh_agent(ssh_options_of(opts)),
-        master_port=opts.master_port, horovod_cycle_time_ms=opts.horovod_cycle_time_ms))
+        iface=opts.mpi_iface or None,
+        ssh_command=None if node_of else mpirun_ssh_agent(ssh_options_of(opts)),
+        slurm=bool(node_of), master_port=opts.master_port,
+        horovod_cycle_time_ms=opts.horovod_cycle_time_ms))
+    if node_of:
+        mpi = ["env", *slurm_env(), *mpi]
     pidfile, log = str(run_dir / "pids" / "learners.pid"), str(run_dir / "mpirun.log")
     learners = Process(
         name="learners", role="learners",
@@ -257,6 +229,12 @@ def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place
     pidfile = str(run_dir / "pids" / f"{name}.pid")
     log = str(run_dir / f"{name}.log")
     title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
+    if place.slurm_node:
+        # srun runs here and the actor on its node: stopping srun stops the actor.
+        srun = ["env", *slurm_env(), *srun_argv(place.slurm_node, place.workdir, name)]
+        return Process(name, "actor", place.slurm_node.name, True, title, place.workdir,
+                       logged_argv([*srun, *actor], pidfile, log), pidfile, log,
+                       csv_line=worker.line, via="srun")
     if place.access is None:
         return Process(name, "actor", worker.ip, True, title, place.workdir,
                        logged_argv(actor, pidfile, log), pidfile, log, csv_line=worker.line)
@@ -302,7 +280,8 @@ def describe_plan(plan: Plan) -> str:
                      f"(CSV line {group.learner.line}): actors {actors}")
     lines.append("")
     for process in plan.processes:
-        where = "this host" if process.local else f"{process.host} via ssh"
+        where = (f"{process.host} via {process.via or 'ssh'}"
+                 if process.via or not process.local else "this host")
         lines.append(f"[{process.title}] on {where}, log {process.log}:")
         lines.append(f"  {shlex.join(process.command)}")
     return "\n".join(lines)
@@ -325,9 +304,12 @@ def preflight_checks(plan: Plan) -> list[PreflightCheck]:
 
 def key_copies(plan: Plan) -> list[KeyCopy]:
     """Where each remote host's processes look for the run's key file: <run_dir>/keys."""
-    copies: dict[tuple[HostAccess, str], tuple[int, ...]] = {}
+    copies: dict[tuple[HostAccess | SlurmNode, str], tuple[int, ...]] = {}
     for place in plan.placements:
-        if place.access is not None:
-            key = (place.access, f"{place.run_dir}/{auth.KEYS_FILE}")
+        where = place.access or place.slurm_node
+        if where is not None:
+            key = (where, f"{place.run_dir}/{auth.KEYS_FILE}")
             copies[key] = copies.get(key, ()) + (place.line,)
-    return [KeyCopy(access, path, lines) for (access, path), lines in copies.items()]
+    return [KeyCopy(where, path, lines) if isinstance(where, HostAccess)
+            else KeyCopy(None, path, lines, node=where)
+            for (where, path), lines in copies.items()]

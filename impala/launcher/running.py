@@ -17,10 +17,10 @@ from impala.launcher import logged, tmux
 from impala.launcher.cluster import WorkerSpec
 from impala.launcher.control import stop_processes
 from impala.launcher.keys import copy_keys
+from impala.launcher.options import FrontendOptions
 from impala.launcher.plan import (
     PROJECT_ROOT,
     ClusterRecord,
-    FrontendOptions,
     Plan,
     key_copies,
     preflight_checks,
@@ -63,7 +63,8 @@ def start(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec], plan: P
         print(f"error: {exc}", file=sys.stderr)
         return 1
     ClusterRecord(tmux_session=opts.tmux_sess, started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  workers_csv_path=str(Path(opts.workers_csv_path).resolve()),
+                  workers_csv_path=(str(Path(opts.workers_csv_path).resolve())
+                                    if opts.workers_csv_path else ""),
                   ssh_config=opts.ssh_config, ssh_options=opts.ssh_options, panes=panes,
                   processes=plan.processes).save(plan.run_dir)
     print(f"started {len(plan.groups)} learner(s) and {len(actors)} actor(s) in tmux session "

@@ -8,10 +8,10 @@ import sys
 
 from impala.config import Config
 from impala.launcher.cluster import read_cluster_csv
+from impala.launcher.options import FrontendOptions
 from impala.launcher.plan import (
     PROJECT_ROOT,
     ClusterRecord,
-    FrontendOptions,
     build_plan,
     key_copies,
     preflight_checks,

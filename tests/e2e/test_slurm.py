@@ -1,0 +1,84 @@
+"""--slurm on a real Slurm cluster (munged, slurmctld, three slurmd, each node in a network
+namespace of its own): the example batch script trains CartPole to its budget with two
+learners in sync and two actors, every host taken from the allocation; scancel stops a run
+cleanly, with its checkpoint saved and nothing left running."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.frontend import CARTPOLE, processes_mentioning, tmux_has
+from tests.helpers import ROOT, assert_ranks_in_sync, last_value, wait_for
+from tests.slurm_cluster import SlurmCluster, unavailable_reason
+
+SKIP = unavailable_reason()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(SKIP is not None, reason=f"needs Slurm: {SKIP}")]
+SBATCH = str(ROOT / "sandbox" / "slurm.sbatch")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=3, cpus=2) as slurm:
+        yield slurm
+
+
+def sbatch(cluster: SlurmCluster, output, *args: str, wait: bool) -> subprocess.CompletedProcess:
+    """The example script, submitted from the checkout as its comment says."""
+    return subprocess.run(["sbatch", *(["--wait"] if wait else []), "--parsable", "-N", "3",
+                           f"--output={output}", SBATCH, *args], cwd=ROOT, env=cluster.env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def jobs_in_queue(cluster: SlurmCluster) -> str:
+    return subprocess.run(["squeue", "-h"], env=cluster.env, capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+
+
+def test_sbatch_trains_with_two_learners_in_sync_on_the_allocation(cluster, tmp_path):
+    session = "impala-test-slurm"
+    output = tmp_path / "job.out"
+    done = sbatch(cluster, output, "--num_learners=2", f"--tmux_sess={session}",
+                  f"--logdir={tmp_path / 'runs'}", "--total_environment_frames=40000",
+                  "--summary_interval_s=2", *CARTPOLE, wait=True)
+    log = output.read_text() if output.exists() else ""
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    # Hosts, addresses and cores came from scontrol: the namespaces' addresses are in no
+    # DNS, and each node has 2 CPUs, a learner node keeping both for its learner.
+    a, b, c = (host.address for host in cluster.network.hosts)
+    assert (f"node1 ({a}, 2 CPUs): learner; node2 ({b}, 2 CPUs): learner; "
+            f"node3 ({c}, 2 CPUs): 2 actor(s)") in log
+    assert "learners ended" in log and "actor-1 on node3: stopped" in log
+    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    assert f"listening on tcp://{a}:8001" in (run_dir / "learner-0.log").read_text()
+    assert f"listening on tcp://{b}:8001" in (run_dir / "learner-1.log").read_text()
+    assert last_value(run_dir / "logs.csv", "frames") >= 40_000
+    assert assert_ranks_in_sync(run_dir)["updates"].iloc[-1] > 20
+    assert not tmux_has(session)
+    assert not processes_mentioning(str(tmp_path))
+    assert not jobs_in_queue(cluster)
+
+
+def test_scancel_stops_the_whole_run_with_its_checkpoint(cluster, tmp_path):
+    session = "impala-test-slurm-cancel"
+    output = tmp_path / "job.out"
+    submitted = sbatch(cluster, output, "--num_learners=2", f"--tmux_sess={session}",
+                       f"--logdir={tmp_path / 'runs'}", "--total_environment_frames=100000000",
+                       "--summary_interval_s=2", *CARTPOLE, wait=False)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    try:
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 20_000, 120,
+                 "training under Slurm")
+    finally:
+        subprocess.run(["scancel", job], env=cluster.env, check=True, timeout=30)
+    wait_for(lambda: not jobs_in_queue(cluster), 120, "the cancelled job to leave the queue")
+    log = (run_dir / "learner-0.log").read_text()
+    assert "checkpoint saved" in log.split("stopping")[-1], log[-2000:]
+    assert (run_dir / "checkpoint.pt").exists()
+    assert "interrupted: stopping the whole run" in output.read_text()
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "no process of the run left")
+    assert not tmux_has(session)
