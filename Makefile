@@ -17,6 +17,7 @@ TRAIN_FLAGS ?=
 # `make docker`: the project's image (docker/README.md); BASE picks the base image.
 BASE  ?= python:3.11-slim-bookworm
 IMAGE ?= impala-cpu
+DOCKER_TORCH ?= cpu
 
 .PHONY: setup train test test-fast lint bench results docker clean-runs
 
@@ -47,7 +48,7 @@ bench: setup
 	$(PY) bench/env.py && $(PY) bench/learner.py && $(PY) bench/inference.py
 
 docker:
-	BASE=$(BASE) IMAGE=$(IMAGE) bash scripts/docker-build.sh
+	BASE=$(BASE) IMAGE=$(IMAGE) DOCKER_TORCH=$(DOCKER_TORCH) bash scripts/docker-build.sh
 
 # Redraw results/figures and results/SUMMARY.md from results/runs.csv and its episode files.
 results: setup

@@ -4,6 +4,9 @@
 #   BASE   the base image (default python:3.11-slim-bookworm, the official Python image);
 #          any Debian bookworm image whose python3 is 3.11 with venv works
 #   IMAGE  the image's name (default impala-cpu)
+#   DOCKER_TORCH cpu (default) or cuda: the CUDA build of torch, from its index, for GPU
+#          learners (docker/README.md, "GPU learners")
+#   DOCKER_PYTHON the base image's Python 3.11 (default python3)
 # The image gets no network access to PyPI: every wheel it installs is gathered here first,
 # into build/docker/cache/wheels (torch, the dependencies at the versions of this machine's
 # tested .venv, and the Horovod wheel `make setup` built), so the build takes a minute or
@@ -50,6 +53,7 @@ gather_wheels() {
 
 gather_wheels
 log "building $IMAGE from $BASE"
-docker build --build-arg "BASE=$BASE" -f docker/Dockerfile -t "$IMAGE" .
+docker build --build-arg "BASE=$BASE" --build-arg "TORCH_BUILD=${DOCKER_TORCH:-cpu}" \
+  --build-arg "PYTHON=${DOCKER_PYTHON:-python3}" -f docker/Dockerfile -t "$IMAGE" .
 log "built $IMAGE: $(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec) "\
 "(docker run --rm $IMAGE python -c 'import impala')"

@@ -142,6 +142,17 @@ def test_bad_frontend_option_is_a_clear_error(tmp_path, flag, expected):
     assert result.returncode == 2 and expected in result.stderr, result.stderr
 
 
+def test_slurm_outside_an_allocation_and_a_csv_with_slurm_are_clear_errors(tmp_path):
+    outside = subprocess.run(
+        [sys.executable, FRONTEND, "--slurm", "--dry_run", f"--logdir={tmp_path}", *CARTPOLE],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
+    assert outside.returncode == 2
+    assert "--slurm runs inside a Slurm allocation (sbatch or salloc)" in outside.stderr
+    both = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--slurm", "--dry_run", *CARTPOLE)
+    assert both.returncode == 2 and "--workers_csv_path=FILE or --slurm" in both.stderr
+
+
 def test_the_horovod_cycle_time_reaches_every_rank(tmp_path):
     result = frontend(f"--workers_csv_path={ORIGINAL_CSV}", "--dry_run",
                       "--horovod_cycle_time_ms=2", f"--logdir={tmp_path}", *CARTPOLE)
