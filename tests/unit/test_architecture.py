@@ -97,7 +97,7 @@ def test_shared_modules_name_no_algorithm_nor_its_columns():
             if re.search(rf"\b{re.escape(word)}\b", source, re.IGNORECASE):
                 problems.append(f"{name}: {word}")
         # The frontend's tmux session keeps the original project's name, `impala`.
-        names = declared | ({"impala"} if name != "impala.launcher.plan" else set())
+        names = declared | ({"impala"} if name != "impala.launcher.options" else set())
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Constant) and node.value in names:
                 problems.append(f"{name}: {node.value!r}")
