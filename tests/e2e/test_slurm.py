@@ -25,11 +25,16 @@ def cluster(tmp_path_factory):
         yield slurm
 
 
-def sbatch(cluster: SlurmCluster, output, *args: str, wait: bool) -> subprocess.CompletedProcess:
-    """The example script, submitted from the checkout as its comment says."""
-    return subprocess.run(["sbatch", *(["--wait"] if wait else []), "--parsable", "-N", "3",
-                           f"--output={output}", SBATCH, *args], cwd=ROOT, env=cluster.env,
-                          capture_output=True, text=True, timeout=300)
+def sbatch(cluster: SlurmCluster, tmp_path, session: str, frames: int,
+           wait: bool) -> subprocess.CompletedProcess:
+    """The example script on 3 nodes with 2 learners, CartPole for `frames`, submitted from
+    the checkout as its comment says; output in tmp_path/job.out, runs in tmp_path/runs."""
+    return subprocess.run(
+        ["sbatch", *(["--wait"] if wait else []), "--parsable", "-N", "3",
+         f"--output={tmp_path / 'job.out'}", SBATCH, "--num_learners=2",
+         f"--tmux_sess={session}", f"--logdir={tmp_path / 'runs'}",
+         f"--total_environment_frames={frames}", "--summary_interval_s=2", *CARTPOLE],
+        cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=300)
 
 
 def jobs_in_queue(cluster: SlurmCluster) -> str:
@@ -40,9 +45,7 @@ def jobs_in_queue(cluster: SlurmCluster) -> str:
 def test_sbatch_trains_with_two_learners_in_sync_on_the_allocation(cluster, tmp_path):
     session = "impala-test-slurm"
     output = tmp_path / "job.out"
-    done = sbatch(cluster, output, "--num_learners=2", f"--tmux_sess={session}",
-                  f"--logdir={tmp_path / 'runs'}", "--total_environment_frames=40000",
-                  "--summary_interval_s=2", *CARTPOLE, wait=True)
+    done = sbatch(cluster, tmp_path, session, 40_000, wait=True)
     log = output.read_text() if output.exists() else ""
     assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
     # Hosts, addresses and cores came from scontrol: the namespaces' addresses are in no
@@ -64,9 +67,7 @@ def test_sbatch_trains_with_two_learners_in_sync_on_the_allocation(cluster, tmp_
 def test_scancel_stops_the_whole_run_with_its_checkpoint(cluster, tmp_path):
     session = "impala-test-slurm-cancel"
     output = tmp_path / "job.out"
-    submitted = sbatch(cluster, output, "--num_learners=2", f"--tmux_sess={session}",
-                       f"--logdir={tmp_path / 'runs'}", "--total_environment_frames=100000000",
-                       "--summary_interval_s=2", *CARTPOLE, wait=False)
+    submitted = sbatch(cluster, tmp_path, session, 100_000_000, wait=False)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
