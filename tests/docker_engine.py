@@ -50,11 +50,11 @@ class DockerEngine:
         if engine_answers():
             return self
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.workdir / "dockerd.log", "w")  # noqa: SIM115 (closed with dockerd)
-        self.process = subprocess.Popen(
-            ["dockerd", "--exec-root", str(self.workdir / "exec"),
-             "--pidfile", str(self.workdir / "dockerd.pid")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.workdir / "dockerd.log", "w") as log:  # dockerd keeps its own copy
+            self.process = subprocess.Popen(
+                ["dockerd", "--exec-root", str(self.workdir / "exec"),
+                 "--pidfile", str(self.workdir / "dockerd.pid")],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 60
         while not engine_answers():
             if self.process.poll() is not None or time.time() > deadline:

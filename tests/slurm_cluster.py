@@ -115,9 +115,9 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         (self.workdir / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
 
     def _start(self, argv: list[str], name: str) -> None:
-        log = open(self.workdir / f"{name}.out", "w")  # noqa: SIM115 (kept with the daemon)
-        self.daemons.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                             env=self.env, start_new_session=True))
+        with open(self.workdir / f"{name}.out", "w") as log:  # the daemon keeps its own copy
+            self.daemons.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                 env=self.env, start_new_session=True))
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], capture_output=True, text=True,
