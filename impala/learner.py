@@ -155,7 +155,7 @@ class Learner:
             return None
         from impala.tracking import WandbRun  # wandb: an optional extra
 
-        return WandbRun(self.run_dir, self.cfg.to_dict(), cfg.wandb_project, cfg.wandb_entity,
+        return WandbRun(self.run_dir, cfg.to_dict(), cfg.wandb_project, cfg.wandb_entity,
                         cfg.wandb_group)
 
     def _serve(self) -> tuple[UnrollReceiver, BatchQueue]:

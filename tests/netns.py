@@ -24,11 +24,19 @@ from pathlib import Path
 SUBNET = "10.213.77"  # private test subnet, only inside the namespaces made here
 BRIDGE = "impbr0"
 BRIDGE_ADDRESS = f"{SUBNET}.254"
-FORWARD_RULE = f"-A FORWARD -i {BRIDGE} -o {BRIDGE} -j ACCEPT"
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, check=check, timeout=60)
+
+
+def forward_rule(action: str) -> None:
+    """Insert (-I) or delete (-D) the rule that lets the hosts reach each other: where Docker
+    has run, bridged traffic passes iptables' FORWARD chain, whose policy Docker sets to
+    DROP (and leaves so after it stops)."""
+    if shutil.which("iptables"):
+        sh("iptables", action, "FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT",
+           check=False)
 
 
 def unavailable_reason() -> str | None:
@@ -111,16 +119,12 @@ class NamespaceNetwork:
             "  ConnectTimeout 10\n")
 
     def _make_bridge(self) -> None:
-        if shutil.which("iptables"):
-            sh("iptables", *FORWARD_RULE.replace("-A", "-D", 1).split(), check=False)
+        forward_rule("-D")  # a leftover of an interrupted run
         sh("ip", "link", "del", BRIDGE, check=False)
         sh("ip", "link", "add", BRIDGE, "type", "bridge")
         sh("ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
-        # Where Docker has run, bridged traffic passes iptables' FORWARD chain, whose policy
-        # Docker sets to DROP (and leaves so after it stops): let the hosts reach each other.
-        if shutil.which("iptables"):
-            sh("iptables", *FORWARD_RULE.replace("-A", "-I", 1).split(), check=False)
+        forward_rule("-I")
 
     def _make_host(self, index: int) -> NamespaceHost:
         name = f"imphost{index}"
@@ -192,6 +196,5 @@ class NamespaceNetwork:
             sh("ip", "netns", "del", host.name, check=False)
         for index in range(self.count):
             sh("ip", "link", "del", f"impv{index}", check=False)
-        if shutil.which("iptables"):
-            sh("iptables", *FORWARD_RULE.replace("-A", "-D", 1).split(), check=False)
+        forward_rule("-D")
         sh("ip", "link", "del", BRIDGE, check=False)

@@ -12,10 +12,9 @@ from impala.launcher.ssh import HostAccess, problems_in_parallel
 
 @dataclass(frozen=True)
 class KeyCopy:
-    access: HostAccess | None  # the host's login; None for a Slurm node
+    where: HostAccess | slurm.SlurmNode  # a host's login (ssh), or a Slurm node (srun)
     path: str  # the key file's path on that host
     lines: tuple[int, ...]  # CSV lines (or Slurm workers) that need it there
-    node: slurm.SlurmNode | None = None  # with --slurm: the node, reached by srun
 
 
 def copy_keys(local_run_dir: Path, copies: list[KeyCopy]) -> list[str]:
@@ -25,15 +24,12 @@ def copy_keys(local_run_dir: Path, copies: list[KeyCopy]) -> list[str]:
     content = (keys.to_json() + "\n").encode()
 
     def copy(item: KeyCopy) -> str | None:
+        on_node = isinstance(item.where, slurm.SlurmNode)
         try:
-            if item.node is not None:
-                slurm.put_private_file(item.node, item.path, content)
-                return None
-            assert item.access is not None
-            ssh.put_private_file(item.access, item.path, content)
+            (slurm if on_node else ssh).put_private_file(item.where, item.path, content)
         except ConnectionError as exc:
-            if item.node is not None:
-                return f"cannot copy the run's keys to Slurm node {item.node.name}: {exc}"
+            if on_node:
+                return f"cannot copy the run's keys to Slurm node {item.where.name}: {exc}"
             lines = ", ".join(str(n) for n in item.lines)
             return f"cannot copy the run's keys: {exc} (CSV line {lines})"
         return None

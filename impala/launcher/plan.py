@@ -310,6 +310,4 @@ def key_copies(plan: Plan) -> list[KeyCopy]:
         if where is not None:
             key = (where, f"{place.run_dir}/{auth.KEYS_FILE}")
             copies[key] = copies.get(key, ()) + (place.line,)
-    return [KeyCopy(where, path, lines) if isinstance(where, HostAccess)
-            else KeyCopy(None, path, lines, node=where)
-            for (where, path), lines in copies.items()]
+    return [KeyCopy(where, path, lines) for (where, path), lines in copies.items()]

@@ -47,23 +47,24 @@ def fields(record: str) -> dict[str, str]:
     return found
 
 
-def count_ids(ids: str) -> int:
-    """How many ids a Slurm id list names: "0-3,8,10-11" -> 7."""
-    total = 0
+def expand_ids(ids: str) -> list[int]:
+    """The ids a Slurm id list names: "0-2,8" -> [0, 1, 2, 8]."""
+    expanded: list[int] = []
     for part in filter(None, ids.split(",")):
         low, _, high = part.partition("-")
-        total += int(high or low) - int(low) + 1
-    return total
+        expanded += range(int(low), int(high or low) + 1)
+    return expanded
+
+
+def count_ids(ids: str) -> int:
+    """How many ids a Slurm id list names: "0-3,8,10-11" -> 7."""
+    return len(expand_ids(ids))
 
 
 def gpu_indices(gres: str) -> tuple[str, ...]:
     """The GPU indices in a job's per-node GRES: "gpu:a100:2(IDX:0-1)" -> ("0", "1")."""
-    indices: list[str] = []
-    for entry in re.finditer(r"gpu(?::[^:(,]+)*:\d+\(IDX:([^)]*)\)", gres):
-        for part in filter(None, entry.group(1).split(",")):
-            low, _, high = part.partition("-")
-            indices += [str(i) for i in range(int(low), int(high or low) + 1)]
-    return tuple(indices)
+    return tuple(str(i) for entry in re.finditer(r"gpu(?::[^:(,]+)*:\d+\(IDX:([^)]*)\)", gres)
+                 for i in expand_ids(entry.group(1)))
 
 
 def job_resources(job_detail: str) -> list[tuple[str, int, tuple[str, ...]]]:

@@ -72,7 +72,7 @@ def test_preflight_checks_every_distinct_login_and_keys_go_to_every_remote_host(
         ("carol@10.0.0.3:22", (6,), False),
     ]
     copies = key_copies(plan)
-    assert sorted((c.access.label, c.path) for c in copies) == [
+    assert sorted((c.where.label, c.path) for c in copies) == [
         ("alice@10.0.0.2:22", "/srv/impala/runs/CartPole-v1_MLPAgent/keys/run.keys"),
         ("bob@10.0.0.3:2222", f"{PROJECT_ROOT}/runs/CartPole-v1_MLPAgent/keys/run.keys"),
         ("carol@10.0.0.3:22", f"{PROJECT_ROOT}/runs/CartPole-v1_MLPAgent/keys/run.keys"),

@@ -112,5 +112,5 @@ def test_the_plan_starts_actors_by_srun_and_learners_by_an_mpirun_inside_the_job
     assert last.local and last.via == "srun" and last.host == "cpu07"
     assert preflight_checks(plan) == []  # no ssh
     copies = key_copies(plan)
-    assert sorted(c.node.name for c in copies) == ["cpu07", "gpu01", "gpu02"]
-    assert all(c.access is None for c in copies)
+    assert sorted(c.where.name for c in copies) == ["cpu07", "gpu01", "gpu02"]
+    assert all(isinstance(c.where, SlurmNode) for c in copies)  # none by ssh
