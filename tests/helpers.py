@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -27,10 +28,24 @@ PRESETS = {name: dict(preset.values) for name, preset in builtin_presets().items
 CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_interval_s=2"]
 
 
+# Ports handed out below the kernel's ephemeral range (32768-60999 by default): a port the
+# kernel picks for bind(0) is free now, but the same range is where outgoing connections
+# (mpirun's, Horovod's, an actor's) take their source ports, so one may take it before the
+# test's server binds it.
+_PORTS = iter(random.Random(os.getpid()).sample(range(20_000, 32_000), 12_000))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port that is free now, outside the ephemeral range, and not handed
+    out before by this process."""
+    for port in _PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port left in 20000-31999")
 
 
 def start(args: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
