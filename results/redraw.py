@@ -23,6 +23,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
+from impala.algorithms.value import LEAST_EXPLORING_EPSILON  # noqa: E402
 from impala.curves import RETURN_WINDOW, overlay  # noqa: E402
 
 RUNS = HERE / "runs.csv"
@@ -30,11 +31,6 @@ EPISODES = HERE / "episodes"
 FIGURES = HERE / "figures"
 SUMMARY = HERE / "SUMMARY.md"
 THRESHOLDS = {"frames_to_minus15": -15.0, "frames_to_plus18": 18.0}
-# Ape-X and R2D2 give environment i of N the epsilon 0.4^(1 + 7 i / (N - 1)): the lowest
-# third of them is at most this. RLlib's Ape-X reports the return of those environments
-# only, so its "+19 within 12M frames" is this column's measure, not frames_to_plus18's:
-# there the environments at epsilon 0.1-0.4 (a fifth of the episodes) pull the mean down.
-LEAST_EXPLORING_EPSILON = 0.4 ** (1 + 7 * 2 / 3)
 COMPUTED = ("last_episode_frames", *THRESHOLDS, "least_exploring_to_plus18")
 
 # figure group -> its title in the summary
@@ -75,7 +71,7 @@ def computed_columns(run_id: str) -> dict[str, int | None]:
         values[column] = first_frame_at(episodes, threshold)
     values["least_exploring_to_plus18"] = None
     if "epsilon" in episodes:
-        least = episodes[episodes["epsilon"] <= LEAST_EXPLORING_EPSILON * (1 + 1e-6)]
+        least = episodes[episodes["epsilon"] <= LEAST_EXPLORING_EPSILON]
         values["least_exploring_to_plus18"] = first_frame_at(least.reset_index(drop=True), 18.0)
     return values
 
