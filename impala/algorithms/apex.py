@@ -31,7 +31,7 @@ ATARI = Preset(
          "and 6 replayed unrolls) at a constant, larger rate, DQN's anneal over the first "
          "500K frames: updates per frame and their size, not the batch, limit learning",
     record=("apex-pong-preset-s1", "apex-pong-preset-s2", "apex-pong-preset-s1-b",
-            "apex-pong-preset-s3", "apex-pong-preset-s1-c"))
+            "apex-pong-preset-s3", "apex-pong-preset-s1-c", "apex-pong-preset-s2-c"))
 IMAGE = Preset(
     name="apex_image", families=("image",),
     values={**ATARI.values, "target_update_frames": 2_880, "exploration_frames": 0,
