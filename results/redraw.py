@@ -72,7 +72,8 @@ def computed_columns(run_id: str) -> dict[str, int | None]:
     values["least_exploring_to_plus18"] = None
     if "epsilon" in episodes:
         least = episodes[episodes["epsilon"] <= LEAST_EXPLORING_EPSILON]
-        values["least_exploring_to_plus18"] = first_frame_at(least.reset_index(drop=True), 18.0)
+        values["least_exploring_to_plus18"] = first_frame_at(least.reset_index(drop=True),
+                                                           THRESHOLDS["frames_to_plus18"])
     return values
 
 

@@ -39,11 +39,6 @@ if TYPE_CHECKING:
     from impala.nets import Agent
     from impala.unroll import RecordedSteps
 
-# The lowest third of Ape-X's epsilons at the default flags (0.4^(1 + 7 i / (N - 1)) for
-# i / (N - 1) >= 2/3): the environments whose return RLlib's Ape-X reports, close to greedy.
-# The mean over all environments sits lower: those at epsilon 0.1-0.4 lose points to chance.
-# (1 + 1e-6): the episode files hold epsilons as float32.
-LEAST_EXPLORING_EPSILON = 0.4 ** (1 + 7 * 2 / 3) * (1 + 1e-6)
 EPSILON_TAG = "epsilon"  # each episode carries the epsilon its environment explored with
 # The value-based presets' RMSProp: a small epsilon (inside the root), since the loss is a
 # mean over transitions whose small gradients the default 0.01 shrinks ~30-fold.
@@ -90,6 +85,14 @@ class QLossConfig:
         plus the step both hold (the T+1 convention), and at least n, so every trained
         transition without burn-in sees its n steps ahead (qlearning.trained_steps)."""
         return max(self.burn_in + 1, self.n_step)
+
+# The lowest third of Ape-X's epsilons at the default flags (environments with
+# i / (N - 1) >= 2/3): the environments whose return RLlib's Ape-X reports, close to greedy.
+# The mean over all environments sits lower: those at epsilon 0.1-0.4 lose points to chance.
+# (1 + 1e-6): the episode files hold epsilons as float32.
+_DEFAULTS = ValueFlags()
+LEAST_EXPLORING_EPSILON = (_DEFAULTS.actor_epsilon ** (1 + _DEFAULTS.actor_epsilon_alpha * 2 / 3)
+                           * (1 + 1e-6))
 
 
 class ValueBased(Algorithm):
