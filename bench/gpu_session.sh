@@ -8,13 +8,14 @@
 #
 #   bench/gpu_session.sh checks [quick]           # CUDA tests, learner, inference, ingest benches (~6 min; quick ~2)
 #   bench/gpu_session.sh pong SEED [ALGO] [MIN] [-- FLAGS]   # Pong, the machine's defaults
+#   bench/gpu_session.sh ab MIN ALGO ACTORS "FLAGS A" "FLAGS B"   # seeds 1, 2 of each, at once
 #
 # DEVICE=cpu PYTHON=.venv/bin/python runs the same steps on a CPU machine (a dry run); the
 # runs go to $RUNS (default /tmp/gpu_session).
 # `pong` stops at +18 or after MIN minutes (default 8): the table it prints has the frames and
 # the wall minutes at each row, so the time to +18 reads off it (goal: 2.5 min on 2 seeds).
 set -euo pipefail
-case "${1:-} ${2:-}" in checks*) ;; "pong "[0-9]*) ;; *) sed -n 2,15p "$0"; exit 2 ;; esac
+case "${1:-} ${2:-}" in checks*) ;; "pong "[0-9]*) ;; "ab "[0-9]*) ;; *) sed -n 2,16p "$0"; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -103,7 +104,39 @@ pong() {
   done
 }
 
+ab() {
+  # Two settings side by side in the same minutes, seeds 1 and 2 of each: four runs at once,
+  # each its learner (one torch thread; all four share the GPU) and ACTORS actors, with the
+  # algorithm's preset. Both settings share the machine's load alike; each run's log and
+  # table go to $RESULTS/ab-SEED-{a,b}.log, and its logs.csv and episodes into ab.tar.gz.
+  local minutes=$1 algorithm=$2 actors=$3 logdir=${RUNS:-/tmp/gpu_session}
+  local -A settings=([a]=$4 [b]=$5)
+  machine
+  "$PY" bench/learner.py --algorithms "$algorithm" --device="$DEVICE" --threads 1 --seconds 4 \
+    --flags="${settings[a]}"
+  "$PY" bench/learner.py --algorithms "$algorithm" --device="$DEVICE" --threads 1 --seconds 4 \
+    --flags="${settings[b]}"
+  local port=18800 seed label
+  for seed in 1 2; do
+    for label in a b; do
+      port=$((port + 1))
+      echo "ab-$seed-$label: --seed=$seed ${settings[$label]}"
+      # shellcheck disable=SC2086  # a setting is several flags
+      "$PY" bench/pong_curve.py --minutes="$minutes" --logdir="$logdir" \
+        --run_name="ab-$seed-$label" -- --num_actors="$actors" --algorithm="$algorithm" \
+        --preset=auto --learner_device="$DEVICE" --seed="$seed" --learner_threads=1 \
+        --learner_host=127.0.0.1:$port --target_return=18 --target_return_episodes=30 \
+        --log_interval_s=10 ${settings[$label]} > "$RESULTS/ab-$seed-$label.log" 2>&1 &
+    done
+  done
+  wait
+  tail -n 25 "$RESULTS"/ab-*.log
+  ( cd "$logdir" && tar czf "$RESULTS/ab.tar.gz" ab-*/logs.csv ab-*/episodes-*.csv \
+      ab-*/learner-0.log ab-*/meta.json )
+}
+
 case "${1:-}" in
+  ab) shift; ab "$@" 2>&1 | tee "$RESULTS/ab.log" ;;
   checks) checks "${2:-}" 2>&1 | tee "$RESULTS/checks.log" ;;
   pong) shift; pong "$@" 2>&1 | tee "$RESULTS/pong-${2:-impala}-$1.log" ;;
 esac
