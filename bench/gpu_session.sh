@@ -41,8 +41,8 @@ checks() {
   machine
   # The CUDA-only checks run here: pinned batches, the snapshot copied from the GPU, the
   # gather on the GPU against the CPU's, the learner's device by default.
-  "$PY" -m pytest -q -ra -p no:cacheprovider tests/test_device_path.py \
-    tests/test_machine_defaults.py || echo "the CUDA checks failed (exit $?): read them first"
+  "$PY" -m pytest -q -ra -p no:cacheprovider tests/unit/test_device_path.py \
+    tests/integration/test_machine_defaults.py || echo "the CUDA checks failed (exit $?): read them first"
   local algorithms="impala apex r2d2" seconds=10 batches="8 16 32" publish="0 100"
   [ "$quick" = quick ] && algorithms=impala seconds=4 batches="8 32" publish=100
   "$PY" bench/learner.py --algorithms $algorithms --device="$DEVICE" --threads 1 \

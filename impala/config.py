@@ -136,9 +136,10 @@ class Config:
                               "on (channels last: oneDNN's fast convolutions on a CPU), off, "
                               "or auto (on where measured faster: a CPU learner, and a CPU "
                               "actor's ResNet torso)", ("auto", "on", "off"))
-    tf32: str = flag("on", "on a GPU, whether cuDNN's convolutions and LSTM may round "
-                     "float32 to TensorFloat-32 on tensor cores: on (torch's default) or off "
-                     "(float32 throughout, as on a CPU)", ("on", "off"))
+    tf32: str = flag("off", "on a GPU, whether cuDNN's convolutions and LSTM may round "
+                     "float32 to TensorFloat-32 on tensor cores: off (float32 throughout, as "
+                     "on a CPU; no slower for these networks on an H100) or on (torch's "
+                     "default)", ("on", "off"))
     learner_threads: int = flag(2, "torch threads of the learner")
     actor_nice: int = flag(10, "scheduling niceness of actor processes (0-19): where actors "
                            "share a host with a learner, the learner gets the CPU first")

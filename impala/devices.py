@@ -2,9 +2,10 @@
 the same command uses the GPU of a GPU machine and the CPU elsewhere.
 
 On a GPU, `--tf32` says whether cuDNN's convolutions and LSTM may round their float32
-inputs to TensorFloat-32 (10-bit mantissa) on tensor cores: on is torch's default, and what
-the GPU figures in results/ were measured with; off computes float32 throughout, as
-the CPU does where the losses are tested against NumPy."""
+inputs to TensorFloat-32 (10-bit mantissa) on tensor cores. Off, the default, computes
+float32 throughout, as the CPU does where the losses are tested against NumPy: on an H100
+it was no slower for these networks (small, bound by kernel launches), and Ape-X learned
+no worse (docs/gpu.md, "TF32"). On is torch's default."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(choice: str, local_rank: int = 0, flag: str = "--learner_device",
-                   tf32: bool = True) -> torch.device:
+                   tf32: bool = False) -> torch.device:
     """`cuda:<local rank>` (one GPU per rank on a host, wrapping round the GPUs there) or
     cpu; ValueError if `cuda` is asked for where torch sees no GPU. On a GPU, `tf32` sets
     this process's float32 precision (`use_tf32`)."""

@@ -184,8 +184,8 @@ class Learner:
                  ", frame stacks gathered on the device"
                  if self.layout.frame_stack and stacks_on_device else "",
                  ", channels-last activations" if self.model.channels_last else "",
-                 ", no TF32 (--tf32=off)" if self.device.type == "cuda" and not cfg.tf32_allowed
-                 else "", io_threads,
+                 ", TF32 convolutions (--tf32=on)"
+                 if self.device.type == "cuda" and cfg.tf32_allowed else "", io_threads,
                  "" if io_threads == 1 else "s")
         return receiver, batches
 

@@ -93,20 +93,20 @@ def float32_precision():
     use_tf32(True)
 
 
-def test_tf32_off_computes_float32_throughout_and_on_is_torchs_default(float32_precision):
+def test_tf32_is_off_by_default_and_on_is_torchs_default(float32_precision):
     use_tf32(False)
     assert float32_precision() == ("ieee", "ieee", "ieee")
     use_tf32(True)
     assert float32_precision() == ("tf32", "tf32", "ieee")
-    assert Config().tf32 == "on"
+    assert Config().tf32 == "off"
     with pytest.raises(SystemExit):
         parse_config(["--tf32=maybe"])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
-def test_a_learner_with_tf32_off_convolves_in_float32_on_the_gpu(float32_precision):
+def test_a_learner_convolves_in_float32_on_the_gpu_by_default(float32_precision):
     """Against float64 on the CPU: TF32's 10-bit mantissa would be off by ~1e-3."""
-    device = parse_config(["--tf32=off"]).device_for(0)
+    device = parse_config([]).device_for(0)
     frames = torch.rand(32, 4, 84, 84, generator=torch.Generator().manual_seed(0))
     filters = torch.randn(32, 4, 8, 8, generator=torch.Generator().manual_seed(1))
     exact = torch.nn.functional.conv2d(frames.double(), filters.double(), stride=4)
