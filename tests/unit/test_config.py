@@ -152,7 +152,7 @@ def test_derived_values_come_from_the_config_alone():
     loss = build_algorithm(cfg).learning(model=None).config  # IMPALA's: no model needed
     assert (loss.discounting, loss.entropy_cost) == (0.9, 0.02)
     assert str(Config(learner_device="cpu").device_for(3)) == "cpu"
-    # auto and cuda: tests/integration/test_machine_defaults.py (one GPU per rank where there are GPUs)
+    # auto and cuda: tests/integration/test_machine_defaults.py (a GPU per rank, if any)
 
 
 def test_every_preset_states_its_rule_and_a_record_that_exists():
