@@ -5,7 +5,7 @@ On a GPU, `--tf32` says whether cuDNN's convolutions and LSTM may round their fl
 inputs to TensorFloat-32 (10-bit mantissa) on tensor cores. Off, the default, computes
 float32 throughout, as the CPU does where the losses are tested against NumPy: on an H100
 it was no slower for these networks (small, bound by kernel launches), and a value-based
-agent learned no worse (docs/gpu.md, "TF32"). On is torch's default."""
+agent learned no worse in float32. On is torch's default."""
 
 from __future__ import annotations
 
