@@ -43,6 +43,7 @@ GROUPS = {
     "apex-preset": "Ape-X on Pong with its preset, from the first frame",
     "apex": "Ape-X on Pong: shorter budgets, other settings and the code before",
     "r2d2-preset": "R2D2 on Pong with its preset, from the first frame",
+    "r2d2": "R2D2 on Pong: parts of Ape-X's settings in place of R2D2's (seed 1, side by side)",
     "apex-h100-tf32": "Ape-X on Pong on one H100: TF32 convolutions on and off, seeds 1 and "
                       "2, four runs at once",
     "r2d2-h100": "R2D2 on Pong on one H100 with 16 cores",
@@ -50,7 +51,7 @@ GROUPS = {
 # the frame budget each group's runs are held to: IMPALA's 5M (LASER's anchor), Ape-X's
 # 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
 BUDGETS = {"apex-preset": 12_000_000, "apex": 12_000_000, "apex-h100-tf32": 12_000_000,
-           "r2d2-preset": 16_000_000, "r2d2-h100": 16_000_000}
+           "r2d2-preset": 16_000_000, "r2d2": 16_000_000, "r2d2-h100": 16_000_000}
 
 
 def episodes_path(run_id: str) -> Path:

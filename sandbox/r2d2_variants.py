@@ -1,0 +1,32 @@
+"""R2D2 variants tried on Pong while finding why the r2d2_atari preset does not learn it
+(results/runs.csv, group r2d2). Run one with, from the checkout's root:
+
+  .venv/bin/python experiment.py --algorithm=sandbox.r2d2_variants:R2D2Frames --preset=auto ...
+
+Each is R2D2 with one part of Ape-X's in place of R2D2's; the presets are r2d2_atari's values
+under their own names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from impala.algorithms.r2d2 import ATARI, R2D2
+
+
+class R2D2Frames(R2D2):
+    """The LSTM sees the torso's features only, no last action or reward (as Ape-X's network
+    sees frames only)."""
+
+    name = "r2d2_frames"
+    presets = (replace(ATARI, name="r2d2_frames_atari", record=()),)
+    action_reward_inputs = False
+
+
+class R2D2ApexTargets(R2D2Frames):
+    """Also Ape-X's targets and priorities: no value rescaling (the run clips rewards
+    instead), an unroll's priority its mean |delta|: Ape-X with an LSTM and burn-in."""
+
+    name = "r2d2_apex_targets"
+    presets = (replace(ATARI, name="r2d2_apex_targets_atari", record=()),)
+    rescaled = False
+    priority_eta = 0.0
