@@ -112,11 +112,11 @@ ab() {
   local minutes=$1 algorithm=$2 actors=$3 logdir=${RUNS:-/tmp/gpu_session}
   local -A settings=([a]=$4 [b]=$5)
   machine
-  "$PY" bench/learner.py --algorithms "$algorithm" --device="$DEVICE" --threads 1 --seconds 4 \
-    --flags="${settings[a]}"
-  "$PY" bench/learner.py --algorithms "$algorithm" --device="$DEVICE" --threads 1 --seconds 4 \
-    --flags="${settings[b]}"
   local port=18800 seed label
+  for label in a b; do
+    "$PY" bench/learner.py --algorithms "$algorithm" --device="$DEVICE" --threads 1 \
+      --seconds 4 --flags="${settings[$label]}"
+  done
   for seed in 1 2; do
     for label in a b; do
       port=$((port + 1))

@@ -28,11 +28,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from impala import checkpoint
 from impala.algorithm import Algorithm
-from impala.assembly import assemble
 from impala.config import Config
-from impala.envs import create_env, env_info
+from impala.envs import create_env
+from impala.evaluate import play_agent
 from impala.flags import parse_config
 from impala.nets import Agent
 
@@ -62,16 +61,7 @@ def load_agent(cfg: Config, trained: bool) -> tuple[Agent, Algorithm, int]:
     """The run's network in eval mode: its checkpoint's weights, or fresh ones (seeded by
     the run's seed); and the frames it was trained on."""
     torch.manual_seed(cfg.seed)
-    env = create_env(cfg.env_config)
-    parts = assemble(cfg, env_info(env, cfg.env_config), training=False)
-    env.close()
-    frames = 0
-    if trained:
-        path = cfg.run_dir / checkpoint.CHECKPOINT_NAME
-        state = checkpoint.load(path, cfg.to_dict())
-        checkpoint.restore_model(parts.model, state, path, parts.algorithm.old_head_names)
-        frames = int(state["counters"]["frames"])
-    parts.model.eval()
+    parts, frames = play_agent(cfg, trained)
     return parts.model, parts.algorithm, frames
 
 

@@ -18,19 +18,28 @@ from impala.nets import Agent
 log = logging.getLogger("evaluate")
 
 
-def load_policy(cfg: Config) -> tuple[AgentParts, Path]:
-    """The checkpoint's agent (in eval mode, with its algorithm) and its run directory."""
-    run_dir = cfg.run_dir
-    path = run_dir / checkpoint.CHECKPOINT_NAME
-    state = checkpoint.load(path, cfg.to_dict())
+def play_agent(cfg: Config, trained: bool = True) -> tuple[AgentParts, int]:
+    """The run's agent for playing (eval mode, with its algorithm): the checkpoint's weights
+    and the frames it was trained on, or with `trained=False` fresh weights and 0."""
+    path = cfg.run_dir / checkpoint.CHECKPOINT_NAME
+    state = checkpoint.load(path, cfg.to_dict()) if trained else None
     env = create_env(cfg.env_config)
     parts = assemble(cfg, env_info(env, cfg.env_config), training=False)
     env.close()
-    model = parts.model
-    checkpoint.restore_model(model, state, path, parts.algorithm.old_head_names)
-    model.eval()
-    log.info("loaded %s (%d frames of training)", path, state["counters"]["frames"])
-    return parts, run_dir
+    frames = 0
+    if state is not None:
+        checkpoint.restore_model(parts.model, state, path, parts.algorithm.old_head_names)
+        frames = int(state["counters"]["frames"])
+    parts.model.eval()
+    return parts, frames
+
+
+def load_policy(cfg: Config) -> tuple[AgentParts, Path]:
+    """The checkpoint's agent (in eval mode, with its algorithm) and its run directory."""
+    parts, frames = play_agent(cfg)
+    log.info("loaded %s (%d frames of training)", cfg.run_dir / checkpoint.CHECKPOINT_NAME,
+             frames)
+    return parts, cfg.run_dir
 
 
 # Episodes played side by side by --mode=test: one batched forward per step instead of one
