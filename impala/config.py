@@ -148,6 +148,11 @@ class Config:
     # --- logs and checkpoints --------------------------------------------------------
     log_interval_s: float = flag(5.0, "seconds between logs.csv rows and status lines")
     checkpoint_interval_s: float = flag(600.0, "seconds between checkpoints (and one at exit)")
+    checkpoint_replay: str = flag("on", "with each checkpoint, also write each learner's "
+                                  "replay to <run_dir>/replay-<rank>.npz, so a resumed run "
+                                  "trains on it (its size is logged at start); off: a "
+                                  "resumed run refills its replay from new unrolls",
+                                  ("on", "off"))
     test_num_episodes: int = flag(10, "episodes played by --mode=test")
     wandb_project: str = flag("", "also log to this Weights & Biases project (rank 0; "
                               "offline without an API key; needs the wandb extra)")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from impala import auth, checkpoint
+from impala import auth, checkpoint, replay_file
 from impala.assembly import assemble, build_optimizer
 from impala.config import Config, learner_io_threads, parse_host_port
 from impala.counters import Control, Counters, IntervalStats, ReturnWindow
@@ -30,6 +30,7 @@ from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
 from impala.receiver import UnrollReceiver
+from impala.replay import ReplayMemory
 from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
@@ -70,11 +71,14 @@ class Learner:
         self.frames_per_step = env_info.frames_per_step
         optimizer = build_optimizer(cfg, self.model)
         self.counters = self._restore(optimizer)
-        # Each rank replays its own actors' unrolls (rebuilt from new ones on resume).
+        # Each rank replays its own actors' unrolls (kept with the checkpoint).
         self.replay = UnrollReplay(
             self.layout, cfg.batch_size, cfg.replay_schedule, cfg.replay_size,
             cfg.priority_exponent, cfg.importance_sampling_exponent, seed=cfg.seed + self.rank,
         ) if cfg.replay_schedule.largest > 0 else None
+        self.replay_path = replay_file.replay_path(self.run_dir, self.rank)
+        if self.replay is not None and cfg.checkpoint_replay == "on":
+            self._restore_replay(self.replay.memory)
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
@@ -101,7 +105,18 @@ class Learner:
             np.array([counters.frames, counters.updates], dtype=np.float64))
         return Counters(*(int(v) for v in values))
 
+    def _restore_replay(self, memory: ReplayMemory) -> None:
+        """Each rank refills its replay from its file if it goes with the checkpoint."""
+        log.info("rank %d: %s", self.rank, replay_file.restore(
+            self.replay_path, memory, self.counters.frames, self.counters.updates))
+        if not replay_file.agree_on_fill(memory, self.backend.allreduce_sum):
+            log.warning("the ranks' restored replays hold different numbers of unrolls: "
+                        "every rank starts with an empty replay")
+
     def save_checkpoint(self) -> None:
+        if self.replay is not None and self.cfg.checkpoint_replay == "on":
+            replay_file.save(self.replay_path, self.replay.memory, self.counters.frames,
+                             self.counters.updates)
         if not self.is_chief:
             return
         checkpoint.save(self.checkpoint_path, self.model, self.optimizer,

@@ -128,6 +128,7 @@ class ReplayMemory:
         self.next_slot = 0
         self.count = 0
         self.max_priority = 1.0
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
 
     @property
@@ -191,3 +192,80 @@ class ReplayMemory:
             raise ValueError("replay priorities must be finite")
         self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
         self.tree.set(slots, priorities**self.alpha)
+
+    def clear(self) -> None:
+        """Forget every item (their slots are overwritten as new ones arrive)."""
+        self.tree = SumTree(self.capacity)
+        self.added_at[:] = 0
+        self.adds = self.next_slot = self.count = 0
+        self.max_priority = 1.0
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The items held as plain arrays, views where they can be (replay_file writes
+        them): `item.<field>` [n, *shape], `leaf` [n] (priority^alpha), `added_at` [n],
+        `oldest` (the index of the oldest item: the ring's start once it is full), and the
+        scalars `adds`, `max_priority` and `alpha`."""
+        n = self.count
+        arrays = {f"item.{name}": array[:n] for name, array in self.storage.items()}
+        return arrays | {"leaf": self.tree.values(np.arange(n)), "added_at": self.added_at[:n],
+                         "oldest": np.int64(self.next_slot if n == self.capacity else 0),
+                         "adds": np.int64(self.adds), "max_priority": np.float64(self.max_priority),
+                         "alpha": np.float64(self.alpha)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> int:
+        """Refill an empty memory from `state()`'s arrays, oldest first, keeping the newest
+        `capacity` items if there are more; returns how many it holds. ValueError naming what does
+        not fit this memory's fields or priority exponent."""
+        if self.count:
+            raise ValueError("load_state needs an empty replay")
+        expected = {f"item.{name}": array for name, array in self.storage.items()}
+        problems = _state_problems(state, expected)
+        if problems:
+            raise ValueError("; ".join(problems))
+        if float(state["alpha"]) != self.alpha:
+            raise ValueError(f"saved with priority exponent {float(state['alpha'])}, this run "
+                             f"{self.alpha}")
+        n = {len(state[key]) for key in (*expected, "leaf", "added_at")}
+        if len(n) != 1:
+            raise ValueError(f"its arrays hold different numbers of items: {sorted(n)}")
+        saved = n.pop()
+        count = min(saved, self.capacity)
+        parts = _newest_oldest_first(saved, int(state["oldest"]) % max(saved, 1), count)
+        leaves = np.concatenate([np.asarray(state["leaf"][part], np.float64) for part in parts]
+                                or [np.zeros(0)])
+        for key, array in [*expected.items(), ("added_at", self.added_at)]:
+            start = 0
+            for part in parts:  # slices, not an index array: no second copy of the frames
+                array[start:start + part.stop - part.start] = state[key][part]
+                start += part.stop - part.start
+        self.tree.set(np.arange(count), leaves)  # checks they are finite and >= 0
+        self.adds = int(state["adds"])
+        self.max_priority = float(state["max_priority"])
+        self.count, self.next_slot = count, count % self.capacity
+        self.rng = np.random.default_rng([self.seed, self.adds])  # not the first draws again
+        return count
+
+
+def _newest_oldest_first(saved: int, oldest: int, count: int) -> list[slice]:
+    """Slices of a saved ring of `saved` items whose oldest is at `oldest` that hold its
+    newest `count` items, oldest first."""
+    drop = saved - count
+    parts = []
+    for start, stop in ((oldest, saved), (0, oldest)):
+        skip = min(drop, stop - start)
+        drop -= skip
+        if stop - start - skip > 0:
+            parts.append(slice(start + skip, stop))
+    return parts
+
+
+def _state_problems(state: dict[str, np.ndarray], items: dict[str, np.ndarray]) -> list[str]:
+    """What keeps `state` from filling a memory whose item arrays are `items`."""
+    problems = [f"{key}: missing" for key in (*items, "leaf", "added_at", "oldest", "adds",
+                                              "max_priority", "alpha") if key not in state]
+    for key, array in items.items():
+        saved = state.get(key)
+        if saved is not None and (saved.dtype, saved.shape[1:]) != (array.dtype, array.shape[1:]):
+            problems.append(f"{key}: {saved.dtype} {list(saved.shape[1:])} per item, this run "
+                            f"{array.dtype} {list(array.shape[1:])}")
+    return problems

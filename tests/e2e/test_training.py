@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -397,27 +398,41 @@ def test_pong_trains_checkpoints_resumes_and_plays(tmp_path):
     assert (run_dir / "video.mp4").stat().st_size > 10_000
 
 
-def test_a_run_with_replay_resumes_and_refills_its_replay_from_new_unrolls(tmp_path):
-    # Rows every update or so, so the resumed run's first row comes before its refill.
+def test_a_run_with_replay_resumes_with_the_replay_it_saved(tmp_path):
+    # Rows every update or so, so the resumed run's first row comes before any refill.
     common = [*CARTPOLE_FLAGS, *REPLAY_FLAGS, "--log_interval_s=0.02", f"--logdir={tmp_path}"]
-    first = run(["--job_name=local", *common, "--total_environment_frames=20000",
-                 f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
+
+    def train(frames: int, *flags: str) -> subprocess.CompletedProcess:
+        return run(["--job_name=local", *common, f"--total_environment_frames={frames}",
+                    f"--learner_host=127.0.0.1:{free_port()}", *flags], timeout=300)
+
+    first = train(20_000)
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = tmp_path / RUN
     filled = last_value(run_dir / "logs.csv", "replay_fill")
     stopped_at = last_value(run_dir / "logs.csv", "frames")
-    second = run(["--job_name=local", *common, "--total_environment_frames=40000",
-                  f"--learner_host=127.0.0.1:{free_port()}"], timeout=300)
+    second = train(40_000)
     assert second.returncode == 0, second.stderr[-3000:]
     assert re.search(r"resumed from .* at 2\d{4} frames", second.stderr)
+    assert re.search(r"restored \d+ unrolls from .*replay-0.npz", second.stderr)
     logs = read_csv(run_dir / "logs.csv")
     resumed = logs[logs["frames"] > stopped_at]
-    # Refilled, not restored: the first rows after the resume hold less than before it.
-    assert resumed["replay_fill"].iloc[0] < filled
+    assert resumed["replay_fill"].iloc[0] >= filled > 0  # restored, not refilled
     assert resumed["replayed_share"].iloc[-1] == REPLAYED_SHARE
     # Only fresh frames count toward the budget: each run ends at it (within one update of
     # 16 x 20 fresh frames), not at twice it.
     assert 20_000 <= stopped_at < 20_320 and 40_000 <= logs["frames"].iloc[-1] < 40_320
+    # Without it, a resumed run refills from new unrolls; a damaged file stops the run.
+    ended_at = logs["frames"].iloc[-1]
+    third = train(50_000, "--checkpoint_replay=off")
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "restored" not in third.stderr
+    logs = read_csv(run_dir / "logs.csv")
+    assert logs[logs["frames"] > ended_at]["replay_fill"].iloc[0] < filled
+    replay = run_dir / "replay-0.npz"
+    replay.write_bytes(replay.read_bytes()[:1000])
+    damaged = train(60_000)
+    assert damaged.returncode == 2 and f"{replay} is damaged" in damaged.stderr
 
 
 def test_a_checkpoint_of_another_game_is_refused_before_training(tmp_path):

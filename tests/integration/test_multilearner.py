@@ -229,7 +229,7 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
     """Each rank replays its own actors' unrolls (different data, different priorities),
     yet every rank takes the same number of replayed unrolls per update, so the allreduces
     pair up and the parameters stay equal to the last bit; a resumed run starts both ranks
-    from the same frames, updates and parameters, and refills both replays."""
+    from the same frames, updates and parameters, and each rank's replay as it was saved."""
     first = Cluster(tmp_path, "horovod", 30_000, REPLAY)
     first.start()
     assert first.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
@@ -239,16 +239,23 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
     assert len(early) and (early["replayed_share"] == 0).all()
     assert logs["replayed_share"].iloc[-1] > 0.5
     saved_frames = last_value(first.run_dir / "learner-0.csv", "frames")
+    saved_fill = logs["replay_fill"].iloc[-1]
+    assert {p.name for p in first.run_dir.glob("replay-*")} == {"replay-0.npz", "replay-1.npz"}
     second = Cluster(tmp_path, "horovod", 60_000, REPLAY)
     second.start()
     assert second.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    starts = []
+    starts, restored = [], []
     for rank in (0, 1):
         log = (second.run_dir / f"learner-{rank}.log").read_text()
         starts.append(re.findall(r"rank \d \(pid \d+\) starts at (\d+) frames, (\d+) updates, "
                                  r"parameter checksum (\S+)", log)[-1])
-        assert log.count("replay: 10000 unrolls") == 2  # built afresh by each run
+        restored.append(re.findall(rf"rank {rank}: restored (\d+) unrolls from \S+replay-"
+                                   rf"{rank}.npz", log))
     assert starts[0] == starts[1]  # same frames, updates and parameters on both ranks
+    assert len(restored[0]) == 1 and restored[0] == restored[1]  # the same fill on both
+    resumed = read_csv(second.run_dir / "logs.csv")
+    resumed = resumed[resumed["frames"] > saved_frames]
+    assert resumed["replay_fill"].iloc[0] >= saved_fill > 0  # not refilled from nothing
     assert int(starts[0][0]) == saved_frames > 0
     assert_ranks_in_sync(second.run_dir)
     assert last_value(second.run_dir / "learner-1.csv", "frames") >= 60_000  # fresh frames
