@@ -30,3 +30,21 @@ class R2D2ApexTargets(R2D2Frames):
     presets = (replace(ATARI, name="r2d2_apex_targets_atari", record=()),)
     rescaled = False
     priority_eta = 0.0
+
+
+class R2D2Unscaled(R2D2):
+    """R2D2 with targets in raw returns: no value rescaling h (rewards stay unclipped unless
+    the run clips them)."""
+
+    name = "r2d2_unscaled"
+    presets = (replace(ATARI, name="r2d2_unscaled_atari", record=()),)
+    rescaled = False
+
+
+class R2D2MeanPriority(R2D2):
+    """R2D2 whose sequence priority is its transitions' mean |delta| (Ape-X's), not
+    0.9 max + 0.1 mean."""
+
+    name = "r2d2_mean_priority"
+    presets = (replace(ATARI, name="r2d2_mean_priority_atari", record=()),)
+    priority_eta = 0.0
