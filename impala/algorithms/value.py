@@ -59,6 +59,9 @@ class ValueFlags:
     actor_epsilon: float = flag(0.4, "environment i of the run's N explores with epsilon "
                                 "actor_epsilon^(1 + actor_epsilon_alpha i / (N - 1))")
     actor_epsilon_alpha: float = flag(7.0, "see --actor_epsilon")
+    value_rescaling: str = flag("auto", "learn Q under R2D2's invertible rescaling h of the "
+                                "returns (on) or in raw returns (off); auto: the algorithm's "
+                                "own (R2D2 on, Ape-X off)", ("auto", "on", "off"))
     exploration_frames: int = flag(0, "for the run's first this many frames every "
                                    "environment explores at least with epsilon 1 - frames / "
                                    "this (DQN's linear anneal; few environments see little "
@@ -96,7 +99,8 @@ LEAST_EXPLORING_EPSILON = (_DEFAULTS.actor_epsilon ** (1 + _DEFAULTS.actor_epsil
 
 
 class ValueBased(Algorithm):
-    """Ape-X and R2D2 subclass this and set `rescaled` and `priority_eta`."""
+    """Ape-X and R2D2 subclass this and set `rescaled` (what --value_rescaling=auto
+    means) and `priority_eta`."""
 
     flags_class = ValueFlags
     heads = (Head("advantage", per_action=True, init_gain=0.01),
@@ -121,7 +125,8 @@ class ValueBased(Algorithm):
         flags = self.flags
         self.loss_config = QLossConfig(
             discounting=cfg.discounting, n_step=flags.n_step, burn_in=flags.burn_in,
-            reward_clipping=cfg.reward_clipping, rescaled=self.rescaled,
+            reward_clipping=cfg.reward_clipping,
+            rescaled={"on": True, "off": False}.get(flags.value_rescaling, self.rescaled),
             priority_eta=self.priority_eta, target_update_frames=flags.target_update_frames)
 
     @classmethod
