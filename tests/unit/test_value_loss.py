@@ -200,3 +200,24 @@ def test_the_exploration_floor_anneals_from_one_to_each_environments_own_epsilon
     plain.at_frames(0)
     np.testing.assert_allclose(plain.epsilons, own.numpy())
     assert "at least 1 - frames / 1000" in floored.describe()
+
+
+@pytest.mark.parametrize("algorithm, flag, rescaled", [
+    ("r2d2", "auto", True), ("r2d2", "off", False), ("apex", "auto", False),
+    ("apex", "on", True)])
+def test_value_rescaling_is_the_algorithms_own_unless_the_flag_says(algorithm, flag, rescaled):
+    from impala.presets import config_from_flags
+    from impala.registry import algorithm_class
+
+    cfg = config_from_flags({"algorithm": algorithm, "level_name": "CartPole-v1",
+                             "value_rescaling": flag})
+    assert algorithm_class(algorithm)(cfg).loss_config.rescaled is rescaled
+
+
+def test_r2d2s_atari_preset_learns_in_raw_returns_with_clipped_rewards():
+    from impala.algorithms.r2d2 import R2D2
+    from impala.presets import config_from_flags
+
+    cfg = config_from_flags({"algorithm": "r2d2", "level_name": "PongNoFrameskip-v4"})
+    assert cfg.preset == "r2d2_atari" and cfg.reward_clipping == "abs_one"
+    assert R2D2(cfg).loss_config.rescaled is False
