@@ -43,7 +43,8 @@ GROUPS = {
     "apex-preset": "Ape-X on Pong with its preset, from the first frame",
     "apex": "Ape-X on Pong: shorter budgets, other settings and the code before",
     "r2d2-preset": "R2D2 on Pong with its preset, from the first frame",
-    "r2d2": "R2D2 on Pong: parts of Ape-X's settings in place of R2D2's (seed 1, side by side)",
+    "r2d2": "R2D2 on Pong: its parts swapped for Ape-X's a group at a time, and Ape-X "
+            "with R2D2's network (seed 1)",
     "apex-h100-tf32": "Ape-X on Pong on one H100: TF32 convolutions on and off, seeds 1 and "
                       "2, four runs at once",
     "r2d2-h100": "R2D2 on Pong on one H100 with 16 cores",
