@@ -48,3 +48,12 @@ class R2D2MeanPriority(R2D2):
     name = "r2d2_mean_priority"
     presets = (replace(ATARI, name="r2d2_mean_priority_atari", record=()),)
     priority_eta = 0.0
+
+
+class R2D2FramesUnscaled(R2D2Frames):
+    """R2D2 without value rescaling whose LSTM sees the torso's features only (no last
+    action or reward): its gamma, n, priorities and sequences otherwise."""
+
+    name = "r2d2_frames_unscaled"
+    presets = (replace(ATARI, name="r2d2_frames_unscaled_atari", record=()),)
+    rescaled = False
