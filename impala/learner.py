@@ -30,7 +30,6 @@ from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
 from impala.receiver import UnrollReceiver
-from impala.replay import ReplayMemory
 from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
 from impala.transport import MAX_HEADER_BYTES, LearnerSocket
@@ -76,9 +75,10 @@ class Learner:
             self.layout, cfg.batch_size, cfg.replay_schedule, cfg.replay_size,
             cfg.priority_exponent, cfg.importance_sampling_exponent, seed=cfg.seed + self.rank,
         ) if cfg.replay_schedule.largest > 0 else None
-        self.replay_path = replay_file.replay_path(self.run_dir, self.rank)
-        if self.replay is not None and cfg.checkpoint_replay == "on":
-            self._restore_replay(self.replay.memory)
+        self.replay_path = (replay_file.replay_path(self.run_dir, self.rank)
+                            if self.replay is not None and cfg.checkpoint_replay == "on" else None)
+        if self.replay_path is not None:
+            self._restore_replay()
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
@@ -105,16 +105,16 @@ class Learner:
             np.array([counters.frames, counters.updates], dtype=np.float64))
         return Counters(*(int(v) for v in values))
 
-    def _restore_replay(self, memory: ReplayMemory) -> None:
+    def _restore_replay(self) -> None:
         """Each rank refills its replay from its file if it goes with the checkpoint."""
         log.info("rank %d: %s", self.rank, replay_file.restore(
-            self.replay_path, memory, self.counters.frames, self.counters.updates))
-        if not replay_file.agree_on_fill(memory, self.backend.allreduce_sum):
+            self.replay_path, self.replay.memory, self.counters.frames, self.counters.updates))
+        if not replay_file.agree_on_fill(self.replay.memory, self.backend.allreduce_sum):
             log.warning("the ranks' restored replays hold different numbers of unrolls: "
                         "every rank starts with an empty replay")
 
     def save_checkpoint(self) -> None:
-        if self.replay is not None and self.cfg.checkpoint_replay == "on":
+        if self.replay_path is not None:
             replay_file.save(self.replay_path, self.replay.memory, self.counters.frames,
                              self.counters.updates)
         if not self.is_chief:

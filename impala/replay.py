@@ -214,8 +214,8 @@ class ReplayMemory:
 
     def load_state(self, state: dict[str, np.ndarray]) -> int:
         """Refill an empty memory from `state()`'s arrays, oldest first, keeping the newest
-        `capacity` items if there are more; returns how many it holds. ValueError naming what does
-        not fit this memory's fields or priority exponent."""
+        `capacity` items if there are more; returns how many it holds. ValueError naming
+        what does not fit this memory's fields or priority exponent."""
         if self.count:
             raise ValueError("load_state needs an empty replay")
         expected = {f"item.{name}": array for name, array in self.storage.items()}
@@ -231,9 +231,8 @@ class ReplayMemory:
         saved = n.pop()
         count = min(saved, self.capacity)
         parts = _newest_oldest_first(saved, int(state["oldest"]) % max(saved, 1), count)
-        leaves = np.concatenate([np.asarray(state["leaf"][part], np.float64) for part in parts]
-                                or [np.zeros(0)])
-        for key, array in [*expected.items(), ("added_at", self.added_at)]:
+        leaves = np.empty(count, np.float64)
+        for key, array in [*expected.items(), ("added_at", self.added_at), ("leaf", leaves)]:
             start = 0
             for part in parts:  # slices, not an index array: no second copy of the frames
                 array[start:start + part.stop - part.start] = state[key][part]

@@ -249,6 +249,7 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
         log = (second.run_dir / f"learner-{rank}.log").read_text()
         starts.append(re.findall(r"rank \d \(pid \d+\) starts at (\d+) frames, (\d+) updates, "
                                  r"parameter checksum (\S+)", log)[-1])
+        assert log.count("replay: 10000 unrolls") == 2  # each run builds its replay at start
         restored.append(re.findall(rf"rank {rank}: restored (\d+) unrolls from \S+replay-"
                                    rf"{rank}.npz", log))
     assert starts[0] == starts[1]  # same frames, updates and parameters on both ranks

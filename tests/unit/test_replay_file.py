@@ -10,13 +10,7 @@ import pytest
 from impala import replay_file
 from impala.replay import ReplayMemory
 from impala.transport import FieldSpec
-
-FIELDS = {"x": FieldSpec("int64", (2,)), "y": FieldSpec("float32", ())}
-
-
-def items(values) -> dict[str, np.ndarray]:
-    values = np.asarray(values)
-    return {"x": np.stack([values, -values], axis=1), "y": values.astype(np.float32)}
+from tests.unit.test_replay import FIELDS, items
 
 
 def filled(capacity: int, count: int, alpha: float = 0.6) -> ReplayMemory:
