@@ -48,11 +48,14 @@ GROUPS = {
     "apex-h100-tf32": "Ape-X on Pong on one H100: TF32 convolutions on and off, seeds 1 and "
                       "2, four runs at once",
     "r2d2-h100": "R2D2 on Pong on one H100 with 16 cores",
+    "h100-side-by-side": "Ape-X and R2D2 on Pong side by side on one H100 with 16 cores, "
+                         "7 actors each, 7.8 minutes",
 }
 # the frame budget each group's runs are held to: IMPALA's 5M (LASER's anchor), Ape-X's
 # 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
 BUDGETS = {"apex-preset": 12_000_000, "apex": 12_000_000, "apex-h100-tf32": 12_000_000,
-           "r2d2-preset": 16_000_000, "r2d2": 16_000_000, "r2d2-h100": 16_000_000}
+           "r2d2-preset": 16_000_000, "r2d2": 16_000_000, "r2d2-h100": 16_000_000,
+           "h100-side-by-side": 16_000_000}
 
 
 def episodes_path(run_id: str) -> Path:

@@ -41,9 +41,9 @@ ATARI = Preset(
             "lr_hold_fraction": 1.0, "total_environment_frames": 10_000_000},
     rule="the paper's network (Nature torso, LSTM 512), sequences and priorities, with "
          "clipped rewards in raw returns instead of the rescaling h; Ape-X's constant rate, "
-         "target period (32K frames) and anneal; 4,000 sequences of replay; its return on "
-         "Pong is unmeasured",
-    record=())
+         "target period (32K frames) and anneal; 4,000 sequences of replay; it does not "
+         "yet learn Pong (flat at -20 to 5.8M frames)",
+    record=("r2d2-pong-preset-noh-s1", "r2d2-pong-h100-noh-s1"))
 
 
 class R2D2(ValueBased):
