@@ -14,8 +14,12 @@
 # runs go to $RUNS (default /tmp/gpu_session).
 # `pong` stops at +18 or after MIN minutes (default 8): the table it prints has the frames and
 # the wall minutes at each row, so the time to +18 reads off it (goal: 2.5 min on 2 seeds).
+# A run longer than a session's device minutes (R2D2's 16M frames take ~21): with PIECES=1,
+# `pong` also writes its checkpoint, meta.json, logs and episodes to $OUT as pieces of one
+# tar under 16 MiB (pong-ALGO-SEED.tgz.00, .01, ...); put them in .ckpt/ (ignored, carried)
+# and the same `pong` next session resumes from them, its replay empty.
 set -euo pipefail
-case "${1:-} ${2:-}" in checks*) ;; "pong "[0-9]*) ;; "ab "[0-9]*) ;; *) sed -n 2,16p "$0"; exit 2 ;; esac
+case "${1:-} ${2:-}" in checks*) ;; "pong "[0-9]*) ;; "ab "[0-9]*) ;; *) sed -n 2,20p "$0"; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -77,6 +81,12 @@ pong() {
   machine
   local logdir=${RUNS:-/tmp/gpu_session}
   local run_dir=$logdir/pong-$algorithm-$seed
+  local pieces=(.ckpt/"pong-$algorithm-$seed".tgz.*)
+  if [ -e "${pieces[0]}" ]; then
+    mkdir -p "$run_dir"
+    cat "${pieces[@]}" | tar xzf - -C "$run_dir"
+    echo "resuming $run_dir from ${#pieces[@]} pieces in .ckpt/"
+  fi
   # Mid-run, each thread's share of a core: the learner's (is its training thread the
   # bound, or waiting for the CPU and Python's lock?) and one actor's. Into the log, since a
   # call brings back at most 8 files.
@@ -102,6 +112,10 @@ pong() {
   for name in logs.csv episodes-0.csv curve.png; do
     if [ -f "$run_dir/$name" ]; then cp "$run_dir/$name" "$RESULTS/$algorithm-$seed-$name"; fi
   done
+  if [ "${PIECES:-0}" = 1 ]; then
+    ( cd "$run_dir" && tar czf - checkpoint.pt meta.json logs.csv episodes-*.csv ) \
+      | split -b 15M -d - "$RESULTS/pong-$algorithm-$seed.tgz."
+  fi
 }
 
 ab() {
