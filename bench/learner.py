@@ -192,7 +192,7 @@ def measure_algorithm(algorithm: str, threads: int, seconds: float, replay_size:
     return {"algorithm": algorithm, "agent": cfg.agent_name, "T": T, "B": B,
             "overlap": algo.overlap, "threads": threads, "replay_ratio": ratio,
             "updates": updates, "device": device, "channels_last": model.channels_last,
-            "tf32": cfg.tf32 if on.type == "cuda" else "-",
+            "tf32": cfg.tf32 if on.type == "cuda" else "-", "bf16_torso": model.bf16_torso,
             "updates_per_s": updates / wall, "samples_per_s": trained / wall,
             "fresh_per_s": fresh / wall, "frames_per_s": fresh * env_info.frames_per_step / wall,
             "core_ms_per_sample": 1000.0 * cpu / trained, "ops_per_update": operations}
@@ -249,8 +249,8 @@ def main() -> None:
                 "algorithm", "threads", "device", "phase", "ms_per_update", "share"])
         common.report("learner_algorithms", rows, [
             "algorithm", "agent", "T", "B", "overlap", "threads", "device", "channels_last",
-            "tf32", "replay_ratio", "updates_per_s", "samples_per_s", "fresh_per_s", "frames_per_s",
-            "core_ms_per_sample", "ops_per_update"])
+            "tf32", "bf16_torso", "replay_ratio", "updates_per_s", "samples_per_s",
+            "fresh_per_s", "frames_per_s", "core_ms_per_sample", "ops_per_update"])
         return
     rows = []
     for shape in args.shapes:

@@ -30,11 +30,12 @@ def assemble(cfg: Config, env: EnvInfo, device: torch.device | None = None,
              training: bool = True) -> AgentParts:
     """The run's algorithm, its agent on `device` (the CPU if None) and the unroll layout.
     `training`: for a learner (else an actor or evaluation), which may choose another
-    activation layout (Config.uses_channels_last)."""
+    activation layout (Config.uses_channels_last) and a bfloat16 torso (`--bf16_torso`)."""
     device = device or torch.device("cpu")
     algorithm = build_algorithm(cfg)
     model = build_agent(cfg.agent_name, env, algorithm).to(device)
     model.channels_last = cfg.uses_channels_last(device, model, training=training)
+    model.bf16_torso = training and cfg.bf16_torso == "on"
     layout = UnrollLayout.for_agent(cfg.unroll_length, env, model, algorithm.recorded,
                                     algorithm.overlap, algorithm.episode_tags)
     return AgentParts(algorithm, model, layout)

@@ -198,7 +198,7 @@ class Learner:
                  cfg.preset, cfg.batch_size, cfg.unroll_length,
                  ", frame stacks gathered on the device"
                  if self.layout.frame_stack and stacks_on_device else "",
-                 ", channels-last activations" if self.model.channels_last else "",
+                 self.model.activation_note(),
                  ", TF32 convolutions (--tf32=on)"
                  if self.device.type == "cuda" and cfg.tf32_allowed else "", io_threads,
                  "" if io_threads == 1 else "s")

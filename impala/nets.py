@@ -56,6 +56,7 @@ class Agent(nn.Module):
         self.head_specs = tuple(heads)
         self.action_reward_inputs = action_reward_inputs
         self.channels_last = False  # set by the process that runs it (--channels_last)
+        self.bf16_torso = False  # set by a learner (--bf16_torso)
 
     @property
     def extra_inputs(self) -> int:
@@ -74,6 +75,11 @@ class Agent(nn.Module):
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def activation_note(self) -> str:
+        """How this agent's torso runs, for a log line: '' for float32 in the default layout."""
+        return ((", channels-last activations" if self.channels_last else "")
+                + (", bfloat16 torso" if self.bf16_torso else ""))
 
     def _build_heads(self, core_output_size: int) -> None:
         self.heads = nn.ModuleDict({
@@ -100,7 +106,11 @@ class Agent(nn.Module):
         # uint8 frames are scaled here so actors and the wire can stay in uint8. In place:
         # one float copy instead of two (the profile put 14% of an update here).
         x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
-        features = self.torso(x)
+        # bfloat16 for the torso alone: it is most of an update's arithmetic, while the core,
+        # the heads (whose action values differ by hundredths) and the losses stay float32.
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16_torso):
+            features = self.torso(x)
+        features = features.float()
         core_input = features
         if self.action_reward_inputs:
             one_hot_last_action = F.one_hot(last_action.flatten(0, 1).long(), self.num_actions)

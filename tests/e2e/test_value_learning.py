@@ -78,21 +78,25 @@ APEX_CUE_BUDGET = 100_000
 
 
 @pytest.mark.slow
-def test_apex_learns_a_reward_paid_25_steps_later_through_the_atari_data_path(tmp_path):
+@pytest.mark.parametrize("bf16_torso", ["off", "on"])
+def test_apex_learns_a_reward_paid_25_steps_later_through_the_atari_data_path(tmp_path,
+                                                                              bf16_torso):
     """impala/DelayedCueLong-v0 with Ape-X's preset for image environments, the Atari
     preset's rules (a target copy every so many frames, a constant rate, B = 4 with 3
     replayed per fresh unroll): stacked frames sent once, the answer paid 25 steps later, as
     a Pong point long after the paddle moved. With n = 3 the answer's value reaches back
     only through ~9 target copies of bootstrapped values, so a target copied too seldom, or
     a rate annealed to nothing, learns nothing here: Pong stayed at -21 for that reason.
-    Random play scores 0, perfect play 5."""
+    Random play scores 0, perfect play 5. With `--bf16_torso=on` the learner's
+    convolutions run in bfloat16 and must learn it within the same budget."""
     flags = ["--algorithm=apex", "--level_name=impala/DelayedCueLong-v0"]
     train(tmp_path, [*flags, f"--total_environment_frames={APEX_CUE_BUDGET}",
-                     "--target_return=4.2"], timeout=600)
+                     "--target_return=4.2", f"--bf16_torso={bf16_torso}"], timeout=600)
     run_dir = tmp_path / "impala-DelayedCueLong-v0_SimpleConvNetAgent"
     assert_stopped_at_the_target(run_dir, 4.2, APEX_CUE_BUDGET)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["flags"]["preset"] == "apex_image"
+    assert ("bfloat16 torso" in (run_dir / "learner-0.log").read_text()) == (bf16_torso == "on")
     assert greedy_mean_return(tmp_path, flags, 100) >= 4.5
 
 

@@ -233,3 +233,48 @@ def test_channels_last_activations_change_no_output_or_gradient_and_no_parameter
                                    rtol=1e-4, atol=1e-5)
     for param_name, grad in plain_grads.items():
         torch.testing.assert_close(last_grads[param_name], grad, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["SimpleConvNetAgent", "SimpleConvNetLSTMAgent"])
+def test_a_bfloat16_torso_keeps_float32_parameters_heads_and_gradients_near_float32s(name):
+    """`--bf16_torso=on` in a learner: the convolutions compute in bfloat16, while the
+    parameters, their gradients (what Horovod averages and RMSProp steps), the core and the
+    heads stay float32; heads and gradients agree with float32's to bfloat16's rounding."""
+    T, B = 3, 4
+    torch.manual_seed(0)
+    agent = nets.create_agent(name, ATARI, 6, HEADS)
+    batch = inputs(T, B, ATARI)
+    conv_dtypes = []
+    for conv in (m for m in agent.modules() if isinstance(m, nn.Conv2d)):
+        conv.register_forward_hook(lambda _, args, out: conv_dtypes.append(out.dtype))
+    results = []
+    for bf16 in (False, True):
+        agent.zero_grad()
+        agent.bf16_torso = bf16
+        output, _ = agent(*batch, agent.initial_state(B))
+        (output.heads["logits"].pow(2).sum() + output.heads["value"].sum()).backward()
+        results.append((output, torch.cat([p.grad.flatten() for p in agent.parameters()])))
+        assert output.features.dtype == torch.float32
+        assert all(h.dtype == torch.float32 for h in output.heads.values())
+        assert all(p.dtype == p.grad.dtype == torch.float32 for p in agent.parameters())
+    assert conv_dtypes == [torch.float32] * 3 + [torch.bfloat16] * 3
+    (plain, plain_grad), (bf16, bf16_grad) = results
+    for head in HEADS:
+        torch.testing.assert_close(bf16.heads[head.name], plain.heads[head.name],
+                                   rtol=0.02, atol=0.02)
+    assert nn.functional.cosine_similarity(bf16_grad, plain_grad, dim=0) > 0.99
+
+
+def test_only_a_learner_runs_its_torso_in_bfloat16():
+    """Actors and evaluation act in float32 whatever `--bf16_torso` says."""
+    from impala.assembly import assemble
+    from impala.envs import create_env, env_info
+    from impala.flags import parse_config
+
+    cfg = parse_config(["--algorithm=apex", "--level_name=impala/DelayedCueLong-v0",
+                        "--bf16_torso=on"])
+    env = create_env(cfg.env_config)
+    info = env_info(env, cfg.env_config)
+    env.close()
+    assert assemble(cfg, info, training=True).model.bf16_torso
+    assert not assemble(cfg, info, training=False).model.bf16_torso
