@@ -74,6 +74,12 @@ checks() {
     --io_threads 2 --stack_frames $stacks --launch_probe
 }
 
+checkpoint_frames() {  # the frames a checkpoint was trained on; 0 if there is none
+  "$PY" -c 'import sys, torch
+try: print(torch.load(sys.argv[1], weights_only=True)["counters"]["frames"])
+except FileNotFoundError: print(0)' "$1"
+}
+
 pong() {
   local seed=$1 algorithm=${2:-impala} minutes=${3:-8}
   shift $(( $# < 3 ? $# : 3 ))
@@ -83,9 +89,21 @@ pong() {
   local run_dir=$logdir/pong-$algorithm-$seed
   local pieces=(.ckpt/"pong-$algorithm-$seed".tgz.*)
   if [ -e "${pieces[0]}" ]; then
-    mkdir -p "$run_dir"
-    cat "${pieces[@]}" | tar xzf - -C "$run_dir"
-    echo "resuming $run_dir from ${#pieces[@]} pieces in .ckpt/"
+    # Unpacked aside first: on a machine still warm from an earlier call, the run folder
+    # may hold a newer checkpoint than the pieces, which must not replace it.
+    local unpacked=$logdir/.pieces-$algorithm-$seed
+    rm -rf "$unpacked" && mkdir -p "$unpacked" "$run_dir"
+    cat "${pieces[@]}" | tar xzf - -C "$unpacked"
+    local have from
+    have=$(checkpoint_frames "$run_dir/checkpoint.pt")
+    from=$(checkpoint_frames "$unpacked/checkpoint.pt")
+    if [ "$have" -ge "$from" ]; then
+      echo "keeping $run_dir (checkpoint at $have frames; the pieces in .ckpt/ are at $from)"
+    else
+      cp "$unpacked"/* "$run_dir"/
+      echo "resuming $run_dir from ${#pieces[@]} pieces in .ckpt/ (at $from frames)"
+    fi
+    rm -rf "$unpacked"
   fi
   # Mid-run, each thread's share of a core: the learner's (is its training thread the
   # bound, or waiting for the CPU and Python's lock?) and one actor's. Into the log, since a
