@@ -42,7 +42,8 @@ GROUPS = {
     "gpu-h200": "IMPALA on Pong on one H200 with 16 cores",
     "apex-preset": "Ape-X on Pong with its preset, from the first frame",
     "apex": "Ape-X on Pong: shorter budgets, other settings and the code before",
-    "r2d2-preset": "R2D2 on Pong with its preset, from the first frame",
+    "r2d2-preset": "R2D2 on Pong with its preset as it stood at each run's commit, from the "
+                   "first frame (today's: the rows with Ape-X's targets and exponents)",
     "r2d2": "R2D2 on Pong: its parts swapped for Ape-X's a group at a time, and Ape-X "
             "with R2D2's network (seed 1)",
     "apex-h100-tf32": "Ape-X on Pong on one H100: TF32 convolutions on and off, seeds 1 and "

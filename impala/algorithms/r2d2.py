@@ -45,10 +45,10 @@ ATARI = Preset(
     rule="the paper's network (Nature torso, LSTM 512), sequences and priority mix, with "
          "clipped rewards in raw returns instead of the rescaling h; Ape-X's gamma 0.99, "
          "n 3, priority exponents 0.6/0.4, constant rate, target period (32K frames) and "
-         "anneal; 4,000 sequences of replay; on Pong it leaves -20 at 3.3M frames and "
-         "climbs (seed 1), +18 not yet reached",
-    record=("r2d2-pong-noh-apextargets-s1", "r2d2-pong-preset-noh-s1",
-            "r2d2-pong-h100-noh-s1"))
+         "anneal; 4,000 sequences of replay; on Pong both seeds climb (-15 at 3.9M and "
+         "7.4M frames), +18 not yet reached",
+    record=("r2d2-pong-noh-apextargets-s1", "r2d2-pong-noh-apextargets-s2",
+            "r2d2-pong-preset-noh-s1", "r2d2-pong-h100-noh-s1"))
 
 
 class R2D2(ValueBased):
