@@ -205,6 +205,15 @@ def test_an_agent_needs_a_head():
         nets.create_agent("MLPAgent", (4,), 2, ())
 
 
+def heads_and_gradients(agent, batch) -> tuple[nets.AgentOutput, dict[str, torch.Tensor]]:
+    """One forward and backward pass over `batch` from the initial state, as an update
+    makes them: (the output, {parameter name: its gradient})."""
+    agent.zero_grad()
+    output, _ = agent(*batch, agent.initial_state(batch[0].shape[1]))
+    (output.heads["logits"].pow(2).sum() + output.heads["value"].sum()).backward()
+    return output, {n: p.grad.clone() for n, p in agent.named_parameters()}
+
+
 @pytest.mark.parametrize("name", ["SimpleConvNetAgent", "ResNetAgent", "SimpleConvNetLSTMAgent"])
 def test_channels_last_activations_change_no_output_or_gradient_and_no_parameters_layout(name):
     """The learner's default on a CPU: equal heads and gradients (to float rounding), and
@@ -220,11 +229,8 @@ def test_channels_last_activations_change_no_output_or_gradient_and_no_parameter
         args[0].is_contiguous(memory_format=torch.channels_last)))
     results = []
     for channels_last in (False, True):
-        agent.zero_grad()
         agent.channels_last = channels_last
-        output, _ = agent(*batch, agent.initial_state(B))
-        (output.heads["logits"].pow(2).sum() + output.heads["value"].sum()).backward()
-        results.append((output, {n: p.grad.clone() for n, p in agent.named_parameters()}))
+        results.append(heads_and_gradients(agent, batch))
         assert all(p.is_contiguous() and p.grad.is_contiguous() for p in agent.parameters())
     assert layouts == [False, True]  # the convolutions saw the layout asked for
     (plain, plain_grads), (last, last_grads) = results
@@ -249,11 +255,9 @@ def test_a_bfloat16_torso_keeps_float32_parameters_heads_and_gradients_near_floa
         conv.register_forward_hook(lambda _, args, out: conv_dtypes.append(out.dtype))
     results = []
     for bf16 in (False, True):
-        agent.zero_grad()
         agent.bf16_torso = bf16
-        output, _ = agent(*batch, agent.initial_state(B))
-        (output.heads["logits"].pow(2).sum() + output.heads["value"].sum()).backward()
-        results.append((output, torch.cat([p.grad.flatten() for p in agent.parameters()])))
+        output, gradients = heads_and_gradients(agent, batch)
+        results.append((output, torch.cat([g.flatten() for g in gradients.values()])))
         assert output.features.dtype == torch.float32
         assert all(h.dtype == torch.float32 for h in output.heads.values())
         assert all(p.dtype == p.grad.dtype == torch.float32 for p in agent.parameters())
