@@ -50,6 +50,6 @@ bench: setup
 docker:
 	BASE=$(BASE) IMAGE=$(IMAGE) DOCKER_TORCH=$(DOCKER_TORCH) bash scripts/docker-build.sh
 
-# Redraw results/figures and results/SUMMARY.md from results/runs.csv and its episode files.
+# Redraw results/figures, results/SUMMARY.md and its per-algorithm pages from results/runs.csv.
 results: setup
 	$(PY) results/redraw.py

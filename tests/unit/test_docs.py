@@ -1,8 +1,9 @@
 """The house's documents: every relative link resolves, no page grows into a notebook, the
-code cites no notes page, and the results table agrees with the episodes it was made from."""
+code cites no notes page, the results table agrees with the episodes it was made from and its pages with the table."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -52,3 +53,14 @@ def test_the_results_table_agrees_with_its_episodes():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "runs agree with their episodes" in result.stdout
+
+
+def test_a_page_that_no_longer_matches_the_table_is_stale():
+    """--check fails on a page written before a row changed, and names that page only."""
+    spec = importlib.util.spec_from_file_location("redraw", ROOT / "results" / "redraw.py")
+    redraw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(redraw)
+    runs = redraw.read_runs()
+    first_r2d2 = runs.index[runs["algorithm"] == "r2d2"][0]
+    runs.loc[first_r2d2, "note"] = "a note the page does not have"
+    assert redraw.stale(runs) == ["r2d2.md"]
