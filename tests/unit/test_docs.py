@@ -1,5 +1,6 @@
 """The house's documents: every relative link resolves, no page grows into a notebook, the
-code cites no notes page, the results table agrees with the episodes it was made from and its pages with the table."""
+code cites no notes page, the results table agrees with the episodes it was made from, and
+the generated pages agree with the table."""
 
 from __future__ import annotations
 
