@@ -50,6 +50,8 @@ GROUPS = {
                     "exponents)"),
     "r2d2": ("r2d2", "R2D2 on Pong: its parts swapped for Ape-X's a group at a time, and "
              "Ape-X with R2D2's network (seed 1)"),
+    "r2d2-speed": ("r2d2", "R2D2 on Pong: today's preset with a bfloat16 torso, and with one "
+                   "fresh sequence per update (--batch_size=1: Ape-X's updates per frame)"),
     "r2d2-h100": ("r2d2", "R2D2 on Pong on one H100 with 16 cores"),
     "h100-side-by-side": ("r2d2", "Ape-X and R2D2 on Pong side by side on one H100 with 16 "
                           "cores, 7 actors each, 7.8 minutes"),
@@ -61,6 +63,7 @@ PAGES = {"impala": "IMPALA with LASER on Pong", "apex": "Ape-X on Pong",
 # 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
 BUDGETS = {"apex-preset": 12_000_000, "apex": 12_000_000, "apex-h100-tf32": 12_000_000,
            "r2d2-preset": 16_000_000, "r2d2": 16_000_000, "r2d2-h100": 16_000_000,
+           "r2d2-speed": 16_000_000,
            "h100-side-by-side": 16_000_000}
 
 
