@@ -46,12 +46,12 @@ GROUPS = {
     "apex-h100-tf32": ("apex", "Ape-X on Pong on one H100: TF32 convolutions on and off, "
                        "seeds 1 and 2, four runs at once"),
     "r2d2-preset": ("r2d2", "R2D2 on Pong with its preset as it stood at each run's commit, "
-                    "from the first frame (today's: the rows with Ape-X's targets and "
-                    "exponents)"),
+                    "from the first frame (today's: one fresh sequence per update, the "
+                    "bs1 rows)"),
     "r2d2": ("r2d2", "R2D2 on Pong: its parts swapped for Ape-X's a group at a time, and "
              "Ape-X with R2D2's network (seed 1)"),
-    "r2d2-speed": ("r2d2", "R2D2 on Pong: today's preset with a bfloat16 torso, and with one "
-                   "fresh sequence per update (--batch_size=1: Ape-X's updates per frame)"),
+    "r2d2-speed": ("r2d2", "R2D2 on Pong: the preset with two fresh sequences per update "
+                   "(34913c9) and a bfloat16 torso"),
     "r2d2-h100": ("r2d2", "R2D2 on Pong on one H100 with 16 cores"),
     "h100-side-by-side": ("r2d2", "Ape-X and R2D2 on Pong side by side on one H100 with 16 "
                           "cores, 7 actors each, 7.8 minutes"),

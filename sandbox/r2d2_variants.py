@@ -14,10 +14,12 @@ from dataclasses import replace
 from impala.algorithms.r2d2 import ATARI as TODAYS_ATARI
 from impala.algorithms.r2d2 import R2D2
 
-# r2d2_atari before it took Ape-X's targets, so that the recorded runs reproduce.
+# r2d2_atari before it took Ape-X's targets and one fresh sequence per update, so that
+# the recorded runs reproduce.
 ATARI = replace(TODAYS_ATARI, values={
-    **TODAYS_ATARI.values, "discounting": 0.997, "n_step": 5, "priority_exponent": 0.9,
-    "importance_sampling_exponent": 0.6, "total_environment_frames": 10_000_000})
+    **TODAYS_ATARI.values, "batch_size": 2, "discounting": 0.997, "n_step": 5,
+    "priority_exponent": 0.9, "importance_sampling_exponent": 0.6,
+    "total_environment_frames": 10_000_000})
 
 
 class R2D2Frames(R2D2):

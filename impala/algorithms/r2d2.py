@@ -33,10 +33,14 @@ IMAGE = Preset(
 # Why no rescaling on Atari: under h the torso did not start learning Pong in seven
 # variants of the other settings; without it, it did as Ape-X's does. Why Ape-X's gamma,
 # n and exponents: with the paper's (0.997, 5, 0.9/0.6) the live torso still played at -20
-# to 5.8M frames; with Ape-X's the same run left -20 (results/runs.csv, group r2d2).
+# to 5.8M frames; with Ape-X's the same run left -20 (results/runs.csv, group r2d2). Why
+# one fresh sequence per update: a sequence brings 40 new steps to an Ape-X unroll's 18,
+# so at two per update R2D2 made 2.2x fewer updates per frame than Ape-X, each twice the
+# size; at one it makes as many as Ape-X, of the same size, for ~0.83x the frames/s.
 ATARI = Preset(
     name="r2d2_atari", families=("atari",),
-    values={**SEQUENCES, "agent_name": "SimpleConvNetLSTMAgent", "value_rescaling": "off",
+    values={**SEQUENCES, "batch_size": 1, "agent_name": "SimpleConvNetLSTMAgent",
+            "value_rescaling": "off",
             "reward_clipping": "abs_one", "learning_rate": 0.001, "replay_size": 4000,
             "discounting": 0.99, "n_step": 3, "priority_exponent": 0.6,
             "importance_sampling_exponent": 0.4,
@@ -45,10 +49,10 @@ ATARI = Preset(
     rule="the paper's network (Nature torso, LSTM 512), sequences and priority mix, with "
          "clipped rewards in raw returns instead of the rescaling h; Ape-X's gamma 0.99, "
          "n 3, priority exponents 0.6/0.4, constant rate, target period (32K frames) and "
-         "anneal; 4,000 sequences of replay; on Pong both seeds climb (-15 at 3.9M and "
-         "7.4M frames), +18 not yet reached",
-    record=("r2d2-pong-noh-apextargets-s1", "r2d2-pong-noh-apextargets-s2",
-            "r2d2-pong-preset-noh-s1", "r2d2-pong-h100-noh-s1"))
+         "anneal; 4,000 sequences of replay; one fresh and three replayed sequences per "
+         "update, Ape-X's updates per frame and their size",
+    record=("r2d2-pong-bs1-bf16-s1", "r2d2-pong-bs1-bf16-s2", "r2d2-pong-noh-apextargets-s1",
+            "r2d2-pong-noh-apextargets-s2", "r2d2-pong-preset-noh-s1", "r2d2-pong-h100-noh-s1"))
 
 
 class R2D2(ValueBased):
