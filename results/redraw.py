@@ -147,12 +147,12 @@ def definitions() -> list[str]:
             f"return RLlib's Ape-X reports.", ""]
 
 
-def solved_line(group: str, rows: pd.DataFrame) -> str:
+def solved(group: str, rows: pd.DataFrame) -> str:
     """How many of a group's runs reached +18, and how many within its frame budget."""
     budget = BUDGETS.get(group, 5_000_000)
-    solved = int(rows["frames_to_plus18"].notna().sum())
+    reached = int(rows["frames_to_plus18"].notna().sum())
     within = int((rows["frames_to_plus18"] <= budget).sum())
-    return f"+18 reached in {solved} of {len(rows)} runs ({within} within {budget / 1e6:g}M frames)"
+    return f"{reached} of {len(rows)} runs ({within} within {budget / 1e6:g}M frames)"
 
 
 def run_cells(row: pd.Series) -> list[str]:
@@ -173,7 +173,7 @@ def page(runs: pd.DataFrame, name: str) -> str:
             continue
         rows = runs[runs["figure"] == group]
         lines += [f"## {title}", "", f"![{title}](figures/{group}.png)", "",
-                  solved_line(group, rows) + ".", "",
+                  f"+18 reached in {solved(group, rows)}.", "",
                   "| run | seed | machine | commit | flags | to -15 | to +18 | to +18, least "
                   "exploring third | minutes to +18 | greedy | note |",
                   "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -194,7 +194,7 @@ def summary(runs: pd.DataFrame) -> str:
         least = rows["least_exploring_to_plus18"].notna().sum()
         anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")  # GitHub's rule
         lines.append(f"| [{title}]({name}.md#{anchor}) | [{PAGES[name]}]({name}.md) | "
-                     f"{len(rows)} | {solved_line(group, rows)[len('+18 reached in '):]} | "
+                     f"{len(rows)} | {solved(group, rows)} | "
                      f"{'' if name == 'impala' else least} |")
     return "\n".join(lines) + "\n"
 
