@@ -226,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
               *problems, sep="\n  ", file=sys.stderr)
         return 1
     if args.check:
-        if stale(runs):
-            print(f"{', '.join(stale(runs))} in {HERE} differ from runs.csv: `make results` "
+        outdated = stale(runs)
+        if outdated:
+            print(f"{', '.join(outdated)} in {HERE} differ from runs.csv: `make results` "
                   f"rewrites them", file=sys.stderr)
             return 1
         print(f"{RUNS}: {len(runs)} runs agree with their episodes and pages")
