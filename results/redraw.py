@@ -47,7 +47,7 @@ GROUPS = {
                        "seeds 1 and 2, four runs at once"),
     "r2d2-preset": ("r2d2", "R2D2 on Pong with its preset as it stood at each run's commit, "
                     "from the first frame (today's: one fresh sequence per update, the "
-                    "bs1 rows)"),
+                    "bs1 and preset-bf16 rows)"),
     "r2d2": ("r2d2", "R2D2 on Pong: its parts swapped for Ape-X's a group at a time, and "
              "Ape-X with R2D2's network (seed 1)"),
     "r2d2-speed": ("r2d2", "R2D2 on Pong: the preset with two fresh sequences per update "

@@ -51,8 +51,9 @@ ATARI = Preset(
          "n 3, priority exponents 0.6/0.4, constant rate, target period (32K frames) and "
          "anneal; 4,000 sequences of replay; one fresh and three replayed sequences per "
          "update, Ape-X's updates per frame and their size",
-    record=("r2d2-pong-bs1-bf16-s1", "r2d2-pong-bs1-bf16-s2", "r2d2-pong-noh-apextargets-s1",
-            "r2d2-pong-noh-apextargets-s2", "r2d2-pong-preset-noh-s1", "r2d2-pong-h100-noh-s1"))
+    record=("r2d2-pong-preset-bf16-s1", "r2d2-pong-bs1-bf16-s1", "r2d2-pong-bs1-bf16-s2",
+            "r2d2-pong-noh-apextargets-s1", "r2d2-pong-noh-apextargets-s2",
+            "r2d2-pong-preset-noh-s1", "r2d2-pong-h100-noh-s1"))
 
 
 class R2D2(ValueBased):
