@@ -12,6 +12,7 @@ import torch
 
 from impala.algorithm import Algorithm
 from impala.config import Config
+from impala.devices import uses_bf16_torso
 from impala.envs import EnvInfo
 from impala.nets import Agent, build_agent
 from impala.optim import RMSpropTF
@@ -35,7 +36,7 @@ def assemble(cfg: Config, env: EnvInfo, device: torch.device | None = None,
     algorithm = build_algorithm(cfg)
     model = build_agent(cfg.agent_name, env, algorithm).to(device)
     model.channels_last = cfg.uses_channels_last(device, model, training=training)
-    model.bf16_torso = training and cfg.bf16_torso == "on"
+    model.bf16_torso = training and uses_bf16_torso(cfg.bf16_torso, device)
     layout = UnrollLayout.for_agent(cfg.unroll_length, env, model, algorithm.recorded,
                                     algorithm.overlap, algorithm.episode_tags)
     return AgentParts(algorithm, model, layout)

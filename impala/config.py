@@ -142,8 +142,9 @@ class Config:
                      "default)", ("on", "off"))
     bf16_torso: str = flag("off", "whether a learner runs its agent's torso under bfloat16 "
                            "autocast (core, heads and losses stay float32; actors act in "
-                           "float32): off, or on (an update ~1.5x faster on a CPU with "
-                           "AVX512-BF16; unmeasured on a GPU)", ("on", "off"))
+                           "float32): off, on (an update ~1.5x faster on a CPU with "
+                           "AVX512-BF16; unmeasured on a GPU), or auto (on for a CPU learner "
+                           "with native bfloat16; R2D2's Atari preset)", ("auto", "on", "off"))
     learner_threads: int = flag(2, "torch threads of the learner")
     actor_nice: int = flag(10, "scheduling niceness of actor processes (0-19): where actors "
                            "share a host with a learner, the learner gets the CPU first")

@@ -5,11 +5,19 @@ On a GPU, `--tf32` says whether cuDNN's convolutions and LSTM may round their fl
 inputs to TensorFloat-32 (10-bit mantissa) on tensor cores. Off, the default, computes
 float32 throughout, as the CPU does where the losses are tested against NumPy: on an H100
 it was no slower for these networks (small, bound by kernel launches), and a value-based
-agent learned no worse in float32. On is torch's default."""
+agent learned no worse in float32. On is torch's default.
+
+`--bf16_torso=auto` runs a learner's torso in bfloat16 only where that was measured to pay
+and to learn: a CPU with bfloat16 instructions. A GPU keeps float32 until measured there."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+
+# CPU flags (Linux /proc/cpuinfo) that give oneDNN native bfloat16 convolutions.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
@@ -45,3 +53,23 @@ def use_tf32(allowed: bool) -> None:
     else:
         torch.backends.cudnn.allow_tf32 = allowed
         torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX), from `cpuinfo`'s
+    text (this host's /proc/cpuinfo if None; False where there is none). Without these
+    instructions a bfloat16 torso is emulated and may run slower than float32."""
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        cpuinfo = path.read_text() if path.exists() else ""
+    flags = {word for line in cpuinfo.splitlines() if line.startswith("flags")
+             for word in line.split(":", 1)[-1].split()}
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def uses_bf16_torso(choice: str, device: torch.device) -> bool:
+    """Whether a learner on `device` runs its torso under bfloat16 (`--bf16_torso`): `on`,
+    `off`, or `auto` (on for a CPU with native bfloat16, `cpu_has_bf16`)."""
+    if choice != "auto":
+        return choice == "on"
+    return device.type == "cpu" and cpu_has_bf16()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from impala import config
+from impala import config, devices
 from impala.algorithms.impala import Impala
 from impala.config import Config, default_actor_count, learner_io_threads
 from impala.devices import resolve_device, use_tf32
@@ -163,3 +163,25 @@ def test_a_learners_io_threads_grow_with_the_actor_cores_of_its_host(monkeypatch
     assert learner_io_threads(3) == 3  # asked for: as asked
     with pytest.raises(ValueError, match="--learner_io_threads must be in 0..64, got -1"):
         Config(learner_io_threads=-1)
+
+
+def test_a_bfloat16_torso_is_chosen_where_it_was_measured(monkeypatch):
+    """auto: on for a CPU learner whose CPU has native bfloat16 (read from its cpuinfo),
+    off on a GPU and on a CPU without; on/off win. R2D2's Atari preset asks for auto; the
+    other presets keep off, where Atari learning with it is unmeasured."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    plain = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n"
+    assert not devices.cpu_has_bf16(plain)
+    assert devices.cpu_has_bf16(plain.replace("avx512f", "avx512f avx512_bf16"))
+    assert devices.cpu_has_bf16(plain.replace("avx2", "amx_bf16 avx2"))
+    assert not devices.cpu_has_bf16("")
+    for has_bf16 in (True, False):
+        monkeypatch.setattr(devices, "cpu_has_bf16", lambda has=has_bf16: has)
+        assert devices.uses_bf16_torso("auto", cpu) == has_bf16
+        assert not devices.uses_bf16_torso("auto", gpu)
+        assert devices.uses_bf16_torso("on", gpu) and not devices.uses_bf16_torso("off", cpu)
+    pong = ["--level_name=PongNoFrameskip-v4"]
+    assert parse_config(["--algorithm=r2d2", *pong]).bf16_torso == "auto"
+    assert parse_config(["--algorithm=r2d2", *pong, "--bf16_torso=off"]).bf16_torso == "off"
+    assert parse_config(["--algorithm=apex", *pong]).bf16_torso == "off"
+    assert parse_config(pong).bf16_torso == "off"
