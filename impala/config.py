@@ -144,7 +144,7 @@ class Config:
                            "autocast (core, heads and losses stay float32; actors act in "
                            "float32): off, on (an update ~1.5x faster on a CPU with "
                            "AVX512-BF16; unmeasured on a GPU), or auto (on for a CPU learner "
-                           "with native bfloat16; R2D2's Atari preset)", ("auto", "on", "off"))
+                           "with native bfloat16; a preset may set it)", ("auto", "on", "off"))
     learner_threads: int = flag(2, "torch threads of the learner")
     actor_nice: int = flag(10, "scheduling niceness of actor processes (0-19): where actors "
                            "share a host with a learner, the learner gets the CPU first")
