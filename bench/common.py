@@ -48,6 +48,21 @@ def machine() -> dict[str, object]:
             "cores": os.cpu_count(), "cpu": cpu_model()}
 
 
+def machine_name() -> str:
+    """The machine as runs.csv names it: `h200-16core` on a GPU, `vm-2core-cpu` on a CPU."""
+    cores = os.cpu_count()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0).lower()
+            model = next((m for m in ("h200", "h100", "a100") if m in gpu), "gpu")
+            return f"{model}-{cores}core"
+    except ImportError:
+        pass
+    return f"vm-{cores}core-cpu"
+
+
 def report(name: str, rows: list[dict[str, object]], columns: list[str]) -> None:
     """Print `rows` as a table and append them, with the machine, to results/<name>.csv."""
     widths = {c: max(len(c), *(len(_cell(r.get(c))) for r in rows)) for c in columns}
