@@ -200,10 +200,10 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
     note = f"benchmark suite, ALE v5 protocol; {record['resumes']} resumes"
     if record["resumes_without_replay"]:
         note += f", {record['resumes_without_replay']} of them with an empty replay"
+    flags = " ".join([f"--total_environment_frames={run.frames}", *extra])
     row = {"id": run.run_id, "algorithm": run.algorithm, "level": run.level,
            "seed": run.seed, "machine": common.machine_name(), "commit": record["commit"],
-           "preset": meta(run.run_dir).get("flags", {}).get("preset", ""), "flags": " ".join([f"--total_environment_frames={run.frames}",
-                                                *extra]),
+           "preset": meta(run.run_dir).get("flags", {}).get("preset", ""), "flags": flags,
            "resumes": record["resumes"], "last_episode_frames": int(episodes["frames"].max()),
            "figure": GROUP, "note": note}
     path = run.results / "runs.csv"

@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from impala.algorithms.value import LEAST_EXPLORING_EPSILON  # noqa: E402
 from impala.curves import RETURN_WINDOW, overlay  # noqa: E402
+from results import scores  # noqa: E402
 
 RUNS = HERE / "runs.csv"
 EPISODES = HERE / "episodes"
@@ -61,6 +62,8 @@ PAGES = {"impala": "IMPALA with LASER on Pong", "apex": "Ape-X on Pong",
          "r2d2": "R2D2 on Pong"}
 # the frame budget each group's runs are held to: IMPALA's 5M (LASER's anchor), Ape-X's
 # 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
+# the benchmark suite's runs: many games, scored at fixed frames on their own page
+SUITE_GROUP = "suite"
 BUDGETS = {"apex-preset": 12_000_000, "apex": 12_000_000, "apex-h100-tf32": 12_000_000,
            "r2d2-preset": 16_000_000, "r2d2": 16_000_000, "r2d2-h100": 16_000_000,
            "r2d2-speed": 16_000_000,
@@ -79,16 +82,22 @@ def first_frame_at(episodes: pd.DataFrame, threshold: float) -> int | None:
     return int(reached.iloc[0]) if len(reached) else None
 
 
-def computed_columns(run_id: str) -> dict[str, int | None]:
+def read_episodes(run_id: str) -> pd.DataFrame:
     path = episodes_path(run_id)
     if not path.exists():
         raise SystemExit(f"{RUNS.name}: run {run_id}: no episode file {path}")
-    episodes = pd.read_csv(path).sort_values("frames", kind="stable").reset_index(drop=True)
+    return pd.read_csv(path).sort_values("frames", kind="stable").reset_index(drop=True)
+
+
+def computed_columns(run_id: str, level: str) -> dict[str, int | None]:
+    """The frame columns from a run's episodes; the Pong thresholds only for Pong."""
+    episodes = read_episodes(run_id)
     values: dict[str, int | None] = {"last_episode_frames": int(episodes["frames"].iloc[-1])}
+    pong = scores.game_of(level) == "Pong"
     for column, threshold in THRESHOLDS.items():
-        values[column] = first_frame_at(episodes, threshold)
+        values[column] = first_frame_at(episodes, threshold) if pong else None
     values["least_exploring_to_plus18"] = None
-    if "epsilon" in episodes:
+    if "epsilon" in episodes and pong:
         least = episodes[episodes["epsilon"] <= LEAST_EXPLORING_EPSILON]
         values["least_exploring_to_plus18"] = first_frame_at(least.reset_index(drop=True),
                                                            THRESHOLDS["frames_to_plus18"])
@@ -97,7 +106,7 @@ def computed_columns(run_id: str) -> dict[str, int | None]:
 
 def read_runs() -> pd.DataFrame:
     runs = pd.read_csv(RUNS, dtype={"commit": str, "flags": str, "note": str})
-    unknown = set(runs["figure"]) - set(GROUPS)
+    unknown = set(runs["figure"]) - set(GROUPS) - {SUITE_GROUP}
     if unknown:
         raise SystemExit(f"{RUNS.name}: unknown figure group(s) {sorted(unknown)}; "
                          f"known: {sorted(GROUPS)}")
@@ -110,7 +119,7 @@ def disagreements(runs: pd.DataFrame) -> list[str]:
     """Where the table's computed columns differ from its episodes."""
     found = []
     for index, row in runs.iterrows():
-        for column, value in computed_columns(row["id"]).items():
+        for column, value in computed_columns(row["id"], row["level"]).items():
             stored = row[column]
             stored = None if pd.isna(stored) else int(stored)
             if stored != value:
@@ -121,7 +130,7 @@ def disagreements(runs: pd.DataFrame) -> list[str]:
 
 def update(runs: pd.DataFrame) -> pd.DataFrame:
     for index, row in runs.iterrows():
-        for column, value in computed_columns(row["id"]).items():
+        for column, value in computed_columns(row["id"], row["level"]).items():
             runs.loc[index, column] = value
     for column in COMPUTED:
         runs[column] = runs[column].astype("Int64")
@@ -201,7 +210,11 @@ def summary(runs: pd.DataFrame) -> str:
 
 def written_pages(runs: pd.DataFrame) -> dict[Path, str]:
     """Every generated page and its text."""
-    return {SUMMARY: summary(runs), **{HERE / f"{name}.md": page(runs, name) for name in PAGES}}
+    pages = {SUMMARY: summary(runs), **{HERE / f"{name}.md": page(runs, name) for name in PAGES}}
+    suite = runs[runs["figure"] == SUITE_GROUP]
+    if len(suite):
+        pages[scores.PAGE] = scores.page(suite, read_episodes)
+    return pages
 
 
 def stale(runs: pd.DataFrame) -> list[str]:
@@ -237,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for group in GROUPS:
         ids = runs["id"][runs["figure"] == group]
         overlay([episodes_path(run_id) for run_id in ids], FIGURES / f"{group}.png")
+    scores.draw(runs[runs["figure"] == SUITE_GROUP], read_episodes, FIGURES)
     for path, text in written_pages(runs).items():
         path.write_text(text)
     print(f"wrote {SUMMARY}, {len(PAGES)} pages and {len(GROUPS)} figures in {HERE}")
