@@ -22,7 +22,12 @@ from impala.config import Config, parse_host_port
 from impala.devices import resolve_device
 from impala.envs import create_env, env_info
 from impala.nets import Agent, AgentOutput
-from impala.process import PARENT_PID_VARIABLE, lower_priority, name_os_thread
+from impala.process import (
+    DOWN_REASON_VARIABLE,
+    PARENT_PID_VARIABLE,
+    lower_priority,
+    name_os_thread,
+)
 from impala.transport import ActorSocket, WireError, decode, encode
 from impala.unroll import EnvStep, UnrollWriter
 from impala.weights import weights_schema
@@ -31,6 +36,7 @@ log = logging.getLogger("actor")
 
 SEND_TIMEOUT_MS = 1000
 WEIGHTS_REQUEST_TIMEOUT_S = 10.0
+DOWN_REPORT_WAIT_S = 30.0
 
 
 class OrphanWatch(threading.Thread):
@@ -301,8 +307,31 @@ def run_actor(cfg: Config, stop: threading.Event) -> None:
         keys = wait_for_keys(cfg.run_dir, stop, log)
         if keys is None:  # stopped while waiting
             return
+    if os.environ.get(DOWN_REASON_VARIABLE):
+        report_down(cfg, keys, os.environ[DOWN_REASON_VARIABLE])
+        return
     actor = Actor(cfg, stop, keys)
     try:
         actor.run()
     finally:
         actor.close()
+
+
+def report_down(cfg: Config, keys: RunKeys | None, reason: str) -> None:
+    """Tell the learner that this actor is left down and why (a weights request that
+    carries the reason), waiting up to DOWN_REPORT_WAIT_S for its answer."""
+    host, port = parse_host_port(cfg.learner_host)
+    sock = ActorSocket(host, port, int(cfg.max_message_mb * 2**20), send_hwm=1, keys=keys)
+    name = f"actor-{cfg.task}"
+    try:
+        message = encode("weights_request", name, version=-1, down=reason)
+        deadline = time.time() + DOWN_REPORT_WAIT_S
+        while time.time() < deadline:
+            if sock.send(message, SEND_TIMEOUT_MS) and sock.receive(SEND_TIMEOUT_MS * 5):
+                log.warning("%s: told learner %s that it is left down: %s", name,
+                            cfg.learner_host, reason)
+                return
+        log.warning("%s: learner %s did not answer; it was not told why this actor is down",
+                    name, cfg.learner_host)
+    finally:
+        sock.close()

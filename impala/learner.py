@@ -136,7 +136,7 @@ class Learner:
         tracker = self._tracker()  # before serving: a missing package stops the run here
         receiver, batches = self._serve()
         logs = LearnerLogs(self.run_dir, self.rank, self.algorithm.log_scalars,
-                           self.algorithm.episode_tags, tracker)
+                           self.algorithm.episode_tags, tracker, self.counters.frames)
         meta = plotter = None
         if self.is_chief:
             from impala.plotter import CurvePlotter  # pandas: only where curves are drawn

@@ -129,6 +129,29 @@ class RunMeta:
         self._write()
 
 
+def drop_rows_after(path: Path, frames: int) -> int:
+    """Remove the rows of a log CSV whose `frames` exceed `frames`: what a learner wrote
+    after the checkpoint a restarted run resumes from, whose frames are trained again, so
+    the file stays one series and no frame is counted twice. Returns how many went."""
+    if not path.exists() or path.stat().st_size == 0:
+        return 0
+    with open(path, newline="") as file:
+        rows = list(csv.reader(file))
+    header, body = rows[0], rows[1:]
+    if "frames" not in header:
+        return 0
+    column = header.index("frames")
+    kept = [row for row in body if len(row) <= column or not row[column]
+            or float(row[column]) <= frames]
+    if len(kept) == len(body):
+        return 0
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", newline="") as file:
+        csv.writer(file).writerows([header, *kept])
+    os.replace(temporary, path)
+    return len(body) - len(kept)
+
+
 class CsvLog:
     """Append rows to a CSV with a fixed header, flushing each row (nothing lost on a crash)."""
 
@@ -167,13 +190,14 @@ def _format(value: Any) -> Any:
 class TensorBoard:
     """Scalars by global frame count; a no-op where tensorboard is not importable."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, resume_frames: int = 0) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # pragma: no cover - tensorboard is a dependency
             self._writer = None
             return
-        self._writer = SummaryWriter(log_dir=str(run_dir))
+        # A resumed run hides the points written after its checkpoint's frame count.
+        self._writer = SummaryWriter(log_dir=str(run_dir), purge_step=resume_frames or None)
 
     def write(self, row: dict[str, Any], step: int) -> None:
         if self._writer is None:
@@ -236,15 +260,25 @@ class LearnerLogs:
     (`curve.png` is curves.py's, drawn from these files)."""
 
     def __init__(self, run_dir: Path, rank: int, scalars: Sequence[str] = (),
-                 episode_tags: Sequence[str] = (), tracker: RowSink | None = None) -> None:
+                 episode_tags: Sequence[str] = (), tracker: RowSink | None = None,
+                 resume_frames: int = 0) -> None:
+        """`resume_frames`: the frame count the run (re)starts from; rows past it, written
+        after that checkpoint by a learner that then died, are removed first."""
         self.is_chief = rank == 0
         self.tracker = tracker  # rank 0's W&B run (tracking.py), where there is one
+        names = [f"learner-{rank}.csv", f"episodes-{rank}.csv",
+                 *(["logs.csv"] if self.is_chief else [])]
+        dropped = sum(drop_rows_after(run_dir / name, resume_frames) for name in names)
+        if dropped:
+            logging.getLogger("learner").warning(
+                "rank %d: removed %d log rows written after the checkpoint's %d frames "
+                "(trained again from there)", rank, dropped, resume_frames)
         self.rank_log = CsvLog(run_dir / f"learner-{rank}.csv", RANK_COLUMNS)
         self.episode_log = CsvLog(run_dir / f"episodes-{rank}.csv",
                                   [*EPISODE_COLUMNS, *episode_tags])
         self.run_log = (CsvLog(run_dir / "logs.csv", [*LOG_COLUMNS, *scalars])
                         if self.is_chief else None)
-        self.tensorboard = TensorBoard(run_dir) if self.is_chief else None
+        self.tensorboard = TensorBoard(run_dir, resume_frames) if self.is_chief else None
 
     def episodes(self, frames: int, episodes: EpisodeStats) -> None:
         now = time.time()

@@ -10,6 +10,9 @@ from pathlib import Path
 
 # Set by impala.local for the actors it supervises, read by the actor's orphan watch.
 PARENT_PID_VARIABLE = "IMPALA_SUPERVISOR_PID"
+# Set by a supervisor (impala.launcher.logged) that leaves its actor down: the actor then
+# only tells its learner why, and exits.
+DOWN_REASON_VARIABLE = "IMPALA_DOWN_REASON"
 
 
 def lower_priority(niceness: int) -> None:

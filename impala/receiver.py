@@ -140,7 +140,7 @@ class UnrollReceiver:
         try:
             message = decode(frames, self._schemas, self._max_bytes)
             if message.kind == "weights_request":
-                self._answer_weights_request(identity, message.meta)
+                self._answer_weights_request(identity, message.sender, message.meta)
             else:
                 self._unroll_bytes += sum(len(frame) for frame in frames)
                 self._take_unroll(identity, message)
@@ -175,7 +175,11 @@ class UnrollReceiver:
                      "(%d unrolls dropped for this so far)", sender[:50], why,
                      self._stream_restarts)
 
-    def _answer_weights_request(self, identity: bytes, meta: dict[str, Any]) -> None:
+    def _answer_weights_request(self, identity: bytes, sender: str,
+                                meta: dict[str, Any]) -> None:
+        if "down" in meta:
+            log.warning("%s is left down by its supervisor: %s; the run goes on with the "
+                        "other actors", printable(sender, 50), printable(meta["down"], 300))
         have = meta_int(meta, "version", -1, MAX_COUNTER)
         with self._lock:
             served = self._served
@@ -197,6 +201,11 @@ class UnrollReceiver:
 
 class ReceiverStopped(RuntimeError):
     """The socket thread ended while the learner was running."""
+
+
+def printable(value: Any, limit: int) -> str:
+    """A peer's text fit for a log line: printable characters only, at most `limit`."""
+    return "".join(c for c in str(value) if c.isprintable())[:limit]
 
 
 def _peer_label(identity: bytes, frames: list[Any]) -> str:

@@ -182,6 +182,10 @@ class NamespaceNetwork:
             time.sleep(0.3)
         raise RuntimeError(f"sshd on {host.address} did not come up: {probe.stderr}")
 
+    def set_link(self, index: int, up: bool) -> None:
+        """Cut host `index` off the network (its link down), or join it again."""
+        sh("ip", "link", "set", f"impv{index}", "up" if up else "down")
+
     def stray_pids(self) -> dict[str, set[int]]:
         """Processes in each namespace other than its sshd listener."""
         return {h.name: h.pids() - {h.sshd_pid()} for h in self.hosts}

@@ -114,15 +114,17 @@ def status_run(opts: FrontendOptions, run_dir: Path) -> int:
         print(f"error: no readable {ClusterRecord.FILE} in {run_dir}", file=sys.stderr)
         return 1
     for p in record.processes:
-        alive = logged.is_running(Path(p.pidfile))
+        state = logged.describe(Path(p.pidfile))
         if p.remote_pidfile:
             try:
                 _, output = _remote_logged(p, opts, record.workers_csv_path,
                                            ["--status", p.remote_pidfile])
-                alive = output.startswith("alive")
+                remote = output.split("\t", 1)[0].strip()
+                # The actor's own state is its host's; a session that is itself
+                # restarting says so.
+                state = remote if state.startswith("alive") else f"{remote}; ssh {state}"
             except (ConnectionError, KeyError) as exc:
                 print(f"{p.name:10s} {p.host:15s} unknown ({exc})")
                 continue
-        print(f"{p.name:10s} {p.host:15s} {'alive' if alive else 'dead ':5s} "
-              f"{logged.last_line(Path(p.log))}")
+        print(f"{p.name:10s} {p.host:15s} {state}  {logged.last_line(Path(p.log))}")
     return 0

@@ -1,23 +1,37 @@
-"""Run one process of a cluster: its own process group, its output to the terminal (a tmux
-pane) and to a log file, its pid and start time in a pidfile, signals passed on.
+"""Run one process of a cluster under supervision: its own process group, its output to the
+terminal (a tmux pane) and to a log file, its pid and start time in a pidfile, signals
+passed on, and (with --restart) started again when it exits, by the rule of
+impala/supervision.py.
 
-  python -m impala.launcher.logged --pidfile P [--log L] -- command args...
+  python -m impala.launcher.logged --pidfile P [--log L] [--restart=always --restart_limit=5
+      --restart_window_s=300] [--report_down] -- command args...
   python -m impala.launcher.logged --stop P [--grace_s 20]   # end exactly that group
-  python -m impala.launcher.logged --status P [--log L]      # alive/dead + last log line
+  python -m impala.launcher.logged --status P [--log L]      # state + last log line
 
-A pidfile holds "pid start_ticks": the start time (from /proc) tells a recycled pid from
-ours, so a stop never hits another process that happens to get the same number.
+A pidfile holds "pid start_ticks" of the running process: the start time (from /proc)
+tells a recycled pid from ours, so a stop never hits another process that happens to get
+the same number. Beside it, `P.state` holds the supervisor's own pid and start time, its
+state (running, restarting, down, finished, stopped), its restarts and why it left the
+process down. A stop goes to the supervisor first, so nothing is restarted meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+from impala.process import DOWN_REASON_VARIABLE
+from impala.supervision import LEFT_DOWN_STATUS, RestartPolicy
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+DOWN_REPORT_TIMEOUT_S = 60.0
 
 
 def start_ticks(pid: int) -> int | None:
@@ -41,34 +55,60 @@ def read_pidfile(path: Path) -> tuple[int, int] | None:
 
 
 def is_running(path: Path) -> bool:
+    """The supervised process itself is alive."""
     recorded = read_pidfile(path)
     return recorded is not None and start_ticks(recorded[0]) == recorded[1]
 
 
-def run(pidfile: Path, log: Path | None, command: list[str]) -> int:
-    pidfile.parent.mkdir(parents=True, exist_ok=True)
-    log_file = None
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(log, "ab")  # noqa: SIM115 - closed below
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-    pidfile.write_text(f"{proc.pid} {start_ticks(proc.pid)}\n")
+def state_path(pidfile: Path) -> Path:
+    return pidfile.with_name(pidfile.name + ".state")
 
-    def forward(signum: int, _frame) -> None:
-        # A closed terminal or ssh session (SIGHUP) ends the process like a stop does.
-        sent = signal.SIGTERM if signum == signal.SIGHUP else signum
-        try:
-            os.killpg(proc.pid, sent)
-        except ProcessLookupError:
-            pass
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
-    out = sys.stdout.buffer
-    while chunk := proc.stdout.read1(65536):
-        for sink in (out, log_file):
+def read_state(pidfile: Path) -> dict:
+    """The supervisor's record ({} where there is none, or it cannot be read)."""
+    try:
+        return json.loads(state_path(pidfile).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def supervisor_alive(state: dict) -> bool:
+    pid, ticks = state.get("supervisor") or (0, 0)
+    return bool(pid) and start_ticks(pid) == ticks
+
+
+def is_up(pidfile: Path) -> bool:
+    """The process runs, or its supervisor is about to start it again."""
+    state = read_state(pidfile)
+    return is_running(pidfile) or (supervisor_alive(state)
+                                   and state.get("state") in ("running", "restarting"))
+
+
+class Supervisor:
+    """Starts the command, copies its output, and restarts it as `policy` says."""
+
+    def __init__(self, pidfile: Path, log: Path | None, command: list[str],
+                 policy: RestartPolicy | None, report_down: bool) -> None:
+        self.pidfile, self.log, self.command = pidfile, log, command
+        self.policy, self.report_down = policy, report_down
+        self.stopping = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self.log_file = None
+        self.state = {"supervisor": [os.getpid(), start_ticks(os.getpid())], "restarts": 0,
+                      "state": "running", "reason": "", "status": None}
+
+    def write_state(self, **changes) -> None:
+        self.state.update(changes)
+        path = state_path(self.pidfile)
+        path.with_name(path.name + ".tmp").write_text(json.dumps(self.state) + "\n")
+        os.replace(path.with_name(path.name + ".tmp"), path)
+
+    def say(self, text: str) -> None:
+        """A line of the supervisor's own, to the pane and the log."""
+        self.write(f"\n[{time.strftime('%H:%M:%S')}] {text}\n".encode())
+
+    def write(self, chunk: bytes) -> None:
+        for sink in (sys.stdout.buffer, self.log_file):
             if sink is None:
                 continue
             try:
@@ -76,39 +116,124 @@ def run(pidfile: Path, log: Path | None, command: list[str]) -> int:
                 sink.flush()
             except (OSError, ValueError):
                 pass  # the terminal went away; the log still gets everything
-    code = proc.wait()
-    message = f"\n[{time.strftime('%H:%M:%S')}] exited with status {code}\n".encode()
-    for sink in (out, log_file):
+
+    def forward(self, signum: int, _frame) -> None:
+        """A stop request (SIGUSR1 asks learners to stop, through mpirun): pass it on,
+        and start nothing again."""
+        self.stopping.set()
+        # A closed terminal or ssh session (SIGHUP) ends the process like a stop does.
+        sent = signal.SIGTERM if signum == signal.SIGHUP else signum
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sent)
+            except ProcessLookupError:
+                pass
+
+    def run_once(self, command: list[str]) -> int:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               "IMPALA_RESTARTS": str(self.state["restarts"])}
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        self.pidfile.write_text(f"{self.proc.pid} {start_ticks(self.proc.pid)}\n")
+        if self.stopping.is_set():  # a stop that came while it was being started
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        while chunk := self.proc.stdout.read1(65536):
+            self.write(chunk)
+        code = self.proc.wait()
+        self.say(f"exited with status {code}")
+        return code
+
+    def run(self) -> int:
+        for signum in FORWARDED:
+            signal.signal(signum, self.forward)
+        while True:
+            self.write_state(state="running")
+            code = self.run_once(self.command)
+            if self.stopping.is_set() or self.policy is None:
+                self.write_state(state="stopped" if self.stopping.is_set() else "finished",
+                                 status=code)
+                return code
+            decision = self.policy.after_exit(code, time.time())
+            if not decision.restart:
+                return self.leave(code, decision.reason)
+            self.write_state(state="restarting", status=code, restarts=self.policy.restarts)
+            self.say(f"restart {self.policy.restarts} in {decision.delay_s:g} s")
+            if self.stopping.wait(decision.delay_s):
+                self.write_state(state="stopped")
+                return code
+
+    def leave(self, code: int, reason: str) -> int:
+        """Done for good: finished (status 0 where that ends it), or left down."""
+        if reason == "finished":
+            self.write_state(state="finished", status=code)
+            return code
+        self.write_state(state="down", status=code, reason=reason)
+        self.say(f"left down: {reason}")
+        if self.report_down:
+            self.tell_peer(reason)
+        return LEFT_DOWN_STATUS
+
+    def tell_peer(self, reason: str) -> None:
+        """Run the command once more with the reason in DOWN_REASON_VARIABLE: an actor so
+        started tells its learner why it is gone, then exits."""
+        env = {**os.environ, DOWN_REASON_VARIABLE: reason}
         try:
-            if sink is not None:
-                sink.write(message)
-                sink.flush()
-        except (OSError, ValueError):
-            pass
-    if log_file is not None:
-        log_file.close()
-    return code
+            self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, env=env)
+            output, _ = self.proc.communicate(timeout=DOWN_REPORT_TIMEOUT_S)
+            self.write(output)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def run(pidfile: Path, log: Path | None, command: list[str],
+        policy: RestartPolicy | None = None, report_down: bool = False) -> int:
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    earlier = read_state(pidfile)
+    if supervisor_alive(earlier) and earlier["supervisor"][0] != os.getpid():
+        # A supervisor of the same process that outlived its connection (an ssh session
+        # cut off and started again): end it, so the process never runs twice.
+        stop(pidfile, grace_s=20.0)
+    supervisor = Supervisor(pidfile, log, command, policy, report_down)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        supervisor.log_file = open(log, "ab")  # noqa: SIM115 - closed below
+    try:
+        return supervisor.run()
+    finally:
+        if supervisor.log_file is not None:
+            supervisor.log_file.close()
 
 
 def stop(pidfile: Path, grace_s: float, first_signal: int = signal.SIGTERM) -> str:
-    """Send `first_signal` to the recorded process group, SIGKILL it after `grace_s`; say
-    what happened."""
+    """Send `first_signal` to the supervisor (which passes it on and restarts nothing), or
+    to the recorded process group where none supervises it; SIGKILL both after `grace_s`;
+    say what happened."""
+    state = read_state(pidfile)
+    supervisor = state["supervisor"][0] if supervisor_alive(state) else None
     recorded = read_pidfile(pidfile)
-    if recorded is None:
-        return "no pidfile"
-    pid, ticks = recorded
-    if start_ticks(pid) != ticks:
-        return "not running"
-    os.killpg(pid, first_signal)
+    pid = recorded[0] if recorded and start_ticks(recorded[0]) == recorded[1] else None
+    if supervisor is None and pid is None:
+        return "no pidfile" if recorded is None and not state else "not running"
+    if supervisor is not None:
+        os.kill(supervisor, first_signal)
+    else:
+        os.killpg(pid, first_signal)
     deadline = time.time() + grace_s
     while time.time() < deadline:
-        if start_ticks(pid) != ticks and not _group_alive(pid):
+        if not supervisor_alive(state) and not is_running(pidfile) \
+                and not (recorded and _group_alive(recorded[0])):
             return "stopped"
         time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return "stopped"
+    for target in ([recorded[0]] if recorded else []):
+        try:
+            os.killpg(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if supervisor is not None and supervisor_alive(state):
+        os.kill(supervisor, signal.SIGKILL)
     return "killed"
 
 
@@ -118,6 +243,21 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def describe(pidfile: Path) -> str:
+    """alive, restarting, down (with why), or dead."""
+    state = read_state(pidfile)
+    if is_running(pidfile):
+        restarts = state.get("restarts", 0)
+        return f"alive{f' (restarted {restarts}x)' if restarts else ''}"
+    if supervisor_alive(state) and state.get("state") == "restarting":
+        return f"restarting (restart {state.get('restarts', 0)})"
+    if state.get("state") == "down":
+        return f"down: {state.get('reason', '')}"
+    if state.get("state") in ("stopped", "finished"):
+        return f"{state['state']} (status {state.get('status')})"
+    return "dead"
 
 
 def last_line(log: Path | None) -> str:
@@ -130,10 +270,27 @@ def last_line(log: Path | None) -> str:
     return lines[-1][:200] if lines else ""
 
 
+def policy_of(args: argparse.Namespace) -> RestartPolicy | None:
+    if args.restart == "never":
+        return None
+    return RestartPolicy(args.restart_limit, args.restart_window_s or float("inf"),
+                         restart_on_success=args.restart == "always")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m impala.launcher.logged")
     parser.add_argument("--pidfile", type=Path)
     parser.add_argument("--log", type=Path)
+    parser.add_argument("--restart", choices=("never", "always", "on-failure"),
+                        default="never", help="start the command again when it exits: "
+                        "whatever its status, or only when not 0")
+    parser.add_argument("--restart_limit", type=int, default=5,
+                        help="leave it down after this many restarts within the window")
+    parser.add_argument("--restart_window_s", type=float, default=0.0,
+                        help="seconds the restarts are counted over (0: the whole run)")
+    parser.add_argument("--report_down", action="store_true",
+                        help=f"when left down, run the command once more with "
+                        f"{DOWN_REASON_VARIABLE}=why (an actor then tells its learner)")
     parser.add_argument("--stop", type=Path, help="pidfile of the group to end")
     parser.add_argument("--status", type=Path, help="pidfile to report on")
     parser.add_argument("--grace_s", type=float, default=20.0)
@@ -143,13 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         print(stop(args.stop, args.grace_s))
         return 0
     if args.status:
-        state = "alive" if is_running(args.status) else "dead"
-        print(f"{state}\t{last_line(args.log)}")
+        print(f"{describe(args.status)}\t{last_line(args.log)}")
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.pidfile or not command:
         parser.error("--pidfile and a command after -- are needed")
-    return run(args.pidfile, args.log, command)
+    return run(args.pidfile, args.log, command, policy_of(args), args.report_down)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,12 @@ class FrontendOptions:
                                            "(HOROVOD_CYCLE_TIME; lower: less latency per "
                                            "update, more CPU while waiting)", 5.0)
     summary_interval_s: float = _option("seconds between the live summary's lines", 10.0)
+    max_restarts: int = _option("times the learner group is started again from its last "
+                                "checkpoint after a rank dies (0: never)", 3)
+    actor_restart_limit: int = _option("restarts an actor gets within "
+                                       "--actor_restart_window_s before it is left down", 5)
+    actor_restart_window_s: float = _option("seconds over which an actor's restarts are "
+                                            "counted", 600.0)
 
     def __post_init__(self) -> None:
         if bool(self.workers_csv_path) == self.slurm:
@@ -52,7 +58,10 @@ class FrontendOptions:
             raise ValueError(f"--num_learners must be >= 1, got {self.num_learners}")
         if not 1 <= self.master_port <= 65535:
             raise ValueError(f"--master_port must be a port (1-65535), got {self.master_port}")
-        for name in ("horovod_cycle_time_ms", "summary_interval_s"):
+        for name in ("max_restarts", "actor_restart_limit"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("horovod_cycle_time_ms", "summary_interval_s", "actor_restart_window_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name} must be a number > 0, got {value}")

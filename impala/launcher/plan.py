@@ -201,7 +201,8 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec],
         name="learners", role="learners",
         host=", ".join(sorted({g.learner.ip for g in groups})), local=True,
         title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
-        command=logged_argv(mpi, pidfile, log), pidfile=pidfile, log=log)
+        command=logged_argv(mpi, pidfile, log, supervision=learner_supervision(opts)),
+        pidfile=pidfile, log=log)
 
     # Actor i is the i-th actor of the file and serves learner i mod L; its environments
     # follow those of the actors before it (exploration that differs per environment).
@@ -229,18 +230,25 @@ def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place
     pidfile = str(run_dir / "pids" / f"{name}.pid")
     log = str(run_dir / f"{name}.log")
     title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
+    # Restarted where it runs: the supervisor beside the actor, on its host, restarts it and
+    # tells its learner when it leaves it down; the local end of an ssh session (cut off, or
+    # its host's processes gone) starts the session again.
+    restarts = actor_supervision(opts)
+    beside = [*restarts, "--report_down"]
     if place.slurm_node:
         # srun runs here and the actor on its node: stopping srun stops the actor.
         srun = ["env", *slurm_env(), *srun_argv(place.slurm_node, place.workdir, name)]
         return Process(name, "actor", place.slurm_node.name, True, title, place.workdir,
-                       logged_argv([*srun, *actor], pidfile, log), pidfile, log,
-                       csv_line=worker.line, via="srun")
+                       logged_argv([*srun, *actor], pidfile, log, supervision=beside),
+                       pidfile, log, csv_line=worker.line, via="srun")
     if place.access is None:
         return Process(name, "actor", worker.ip, True, title, place.workdir,
-                       logged_argv(actor, pidfile, log), pidfile, log, csv_line=worker.line)
+                       logged_argv(actor, pidfile, log, supervision=beside), pidfile, log,
+                       csv_line=worker.line)
     remote_pidfile = f"{place.run_dir}/pids/{name}.pid"
     remote_line = (f"cd {shlex.quote(place.workdir)} && exec "
-                   + shlex.join(logged_argv(actor, remote_pidfile, python=place.python)))
+                   + shlex.join(logged_argv(actor, remote_pidfile, python=place.python,
+                                            supervision=beside)))
     if worker.ssh_password:
         # OpenSSH cannot take a password non-interactively: a paramiko relay reads it from
         # the CSV itself, so it is on no command line.
@@ -254,18 +262,33 @@ def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place
     local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
     login = {k: v for k, v in asdict(place.access).items() if k != "password"}
     return Process(name, "actor", worker.ip, False, title, place.workdir,
-                   logged_argv(transport, local_pidfile, log), local_pidfile, log,
+                   logged_argv(transport, local_pidfile, log, supervision=restarts),
+                   local_pidfile, log,
                    remote_pidfile=remote_pidfile, remote_python=place.python,
                    csv_line=worker.line, ssh=login,
                    ssh_password_in_csv=bool(worker.ssh_password))
 
 
 def logged_argv(command: list[str], pidfile: str, log: str | None = None,
-                python: str = sys.executable) -> list[str]:
-    """`command` run under impala.launcher.logged: its own process group, a pidfile, and
-    (given `log`) its output copied to a log file."""
+                python: str = sys.executable, supervision: list[str] | None = None
+                ) -> list[str]:
+    """`command` run under impala.launcher.logged: its own process group, a pidfile,
+    (given `log`) its output copied to a log file, and `supervision`: its restart flags."""
     return [python, "-m", "impala.launcher.logged", "--pidfile", pidfile,
-            *(["--log", log] if log else []), "--", *command]
+            *(["--log", log] if log else []), *(supervision or []), "--", *command]
+
+
+def actor_supervision(opts: FrontendOptions) -> list[str]:
+    """An actor is started again whenever it exits, until it exits too often."""
+    return ["--restart=always", f"--restart_limit={opts.actor_restart_limit}",
+            f"--restart_window_s={opts.actor_restart_window_s:g}"]
+
+
+def learner_supervision(opts: FrontendOptions) -> list[str]:
+    """The learner group (its mpirun) is started again, from the last checkpoint, when it
+    fails, up to --max_restarts times in the whole run."""
+    return ["--restart=on-failure", f"--restart_limit={opts.max_restarts}",
+            "--restart_window_s=0"]
 
 
 def ssh_options_of(opts: FrontendOptions) -> SshOptions:

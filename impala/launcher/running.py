@@ -119,11 +119,12 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
         else:
             print(f"waiting for the learners' first log row | actors alive "
                   f"{alive}/{len(actors)}", flush=True)
-        if not logged.is_running(Path(learners.pidfile)):
-            status = logged.last_line(Path(learners.log))
-            print(f"learners ended ({status}); stopping the actors", flush=True)
+        if not logged.is_up(Path(learners.pidfile)):
+            status = logged.describe(Path(learners.pidfile))
+            print(f"learners ended ({status}: {logged.last_line(Path(learners.log))}); "
+                  "stopping the actors", flush=True)
             _end_run(plan, opts)
-            return 0 if status.endswith("exited with status 0") else 1
+            return 0 if status == "finished (status 0)" else 1
     print("interrupted: stopping the whole run", flush=True)
     _end_run(plan, opts)
     return 0
