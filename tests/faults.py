@@ -3,24 +3,43 @@ Shared by the CSV (tests/e2e/test_faults.py) and Slurm fault tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 
-from tests.frontend import FRONTEND
+from tests.frontend import FRONTEND, frontend
 from tests.helpers import ROOT, last_value, read_csv, wait_for
 
 
-def start_frontend(out_path: Path, *flags: str) -> subprocess.Popen:
-    """The frontend in the foreground, as a user runs it (its output to `out_path`)."""
+@contextlib.contextmanager
+def foreground_run(out_path: Path, flags: list[str]) -> Iterator[subprocess.Popen]:
+    """The frontend in the foreground, as a user runs it (its output to `out_path`); a
+    test that fails midway stops the whole run, so no later run meets its processes."""
     with open(out_path, "w") as out:
-        return subprocess.Popen([sys.executable, FRONTEND, *flags], stdout=out,
+        proc = subprocess.Popen([sys.executable, FRONTEND, *flags], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
                                 start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            frontend(*flags, "--stop", timeout=200)
+            proc.kill()
+            proc.wait()
+
+
+def text_of(path: Path) -> str:
+    """A file's text, or "" before it is written."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def pid_in(pidfile: Path) -> int:

@@ -7,20 +7,22 @@ run then reaches its budget by itself, its frames never go back, and nothing of 
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 
 from tests.faults import (
     assert_one_series_to_the_budget,
+    foreground_run,
     kill,
     learner_rank_pid,
     pid_in,
-    start_frontend,
+    text_of,
     wait_past,
 )
 from tests.frontend import CARTPOLE, HEADER, frontend, processes_mentioning, tmux_has
-from tests.helpers import ROOT, read_csv, wait_for
+from tests.helpers import ROOT, assert_ranks_in_sync, read_csv, wait_for
 from tests.netns import SUBNET, NamespaceNetwork, unavailable_reason
 
 pytestmark = pytest.mark.slow
@@ -38,11 +40,7 @@ def flags_of(tmp_path, csv_text: str, session: str, *more: str) -> list[str]:
 
 def finish(proc, out_path, tmp_path, session: str, timeout: float = 400) -> str:
     """Wait for the foreground run to end by itself; its output. Nothing may be left."""
-    try:
-        code = proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code = proc.wait(timeout=timeout)
     output = out_path.read_text()
     assert code == 0, output[-3000:]
     assert not tmux_has(session)
@@ -54,15 +52,15 @@ def test_a_killed_actor_comes_back_and_takes_the_current_weights(tmp_path):
     session = "impala-test-fault-actor"
     run_dir = tmp_path / "CartPole-v1_MLPAgent"
     out = tmp_path / "frontend.out"
-    proc = start_frontend(out, *flags_of(tmp_path, "learner,localhost,8011,,,,\n"
-                                         "actor,localhost,9011,,,,\nactor,localhost,9012,,,,\n",
-                                         session))
-    wait_past(run_dir, 30_000)
-    first = pid_in(run_dir / "pids" / "actor-0.pid")
-    kill(first)
-    wait_for(lambda: pid_in(run_dir / "pids" / "actor-0.pid") != first, 30,
-             "actor-0 started again")
-    finish(proc, out, tmp_path, session)
+    flags = flags_of(tmp_path, "learner,localhost,8011,,,,\n"
+                     "actor,localhost,9011,,,,\nactor,localhost,9012,,,,\n", session)
+    with foreground_run(out, flags) as proc:
+        wait_past(run_dir, 30_000)
+        first = pid_in(run_dir / "pids" / "actor-0.pid")
+        kill(first)
+        wait_for(lambda: pid_in(run_dir / "pids" / "actor-0.pid") != first, 30,
+                 "actor-0 started again")
+        finish(proc, out, tmp_path, session)
     assert_one_series_to_the_budget(run_dir, BUDGET)
     actor_log = (run_dir / "actor-0.log").read_text()
     assert "exited with status -9" in actor_log and "restart 1 in" in actor_log
@@ -90,14 +88,14 @@ def test_an_actor_that_keeps_crashing_is_left_down_and_its_learner_is_told_why(t
         HEADER.strip() + ",python\nlearner,localhost,8021,,,,,\nactor,localhost,9021,,,,,\n"
         f"actor,localhost,9022,,,,,{crashing}\n")
     out = tmp_path / "frontend.out"
-    proc = start_frontend(out, *flags)
-    wait_for(lambda: "left down" in (run_dir / "actor-1.log").read_text(), 120,
-             "actor-1 left down")
-    status = frontend(*flags, "--status")
-    assert "actor-1" in status.stdout and "down: exited 3 times within 120 s" in status.stdout
-    wait_for(lambda: "left down by its supervisor" in (run_dir / "learner-0.log").read_text(),
-             60, "the learner told")
-    finish(proc, out, tmp_path, session)
+    with foreground_run(out, flags) as proc:
+        wait_for(lambda: "left down" in text_of(run_dir / "actor-1.log"), 120,
+                 "actor-1 left down")
+        status = frontend(*flags, "--status")
+        assert "down: exited 3 times within 120 s" in status.stdout, status.stdout
+        wait_for(lambda: "left down by its supervisor" in text_of(run_dir / "learner-0.log"),
+                 60, "the learner told")
+        finish(proc, out, tmp_path, session)
     assert_one_series_to_the_budget(run_dir, BUDGET)
     learner_log = (run_dir / "learner-0.log").read_text()
     assert "actor-1 is left down by its supervisor: exited 3 times within 120 s" in learner_log
@@ -112,16 +110,16 @@ def test_a_killed_learner_rank_restarts_the_group_from_its_checkpoint(tmp_path):
     session = "impala-test-fault-learner"
     run_dir = tmp_path / "CartPole-v1_MLPAgent"
     out = tmp_path / "frontend.out"
-    proc = start_frontend(out, *flags_of(
-        tmp_path, "learner,localhost,8031,,,,\nlearner,localhost,8032,,,,\n"
-        "actor,localhost,9031,,,,\nactor,localhost,9032,,,,\n", session))
-    wait_past(run_dir, 40_000)
-    wait_for(lambda: "checkpoint saved" in (run_dir / "learner-0.log").read_text(), 60,
-             "a checkpoint")
-    kill(learner_rank_pid(run_dir, 1))
-    wait_for(lambda: "restart 1 in" in (run_dir / "mpirun.log").read_text(), 60,
-             "the learner group started again")
-    output = finish(proc, out, tmp_path, session)
+    flags = flags_of(tmp_path, "learner,localhost,8031,,,,\nlearner,localhost,8032,,,,\n"
+                     "actor,localhost,9031,,,,\nactor,localhost,9032,,,,\n", session)
+    with foreground_run(out, flags) as proc:
+        wait_past(run_dir, 40_000)
+        wait_for(lambda: "checkpoint saved" in text_of(run_dir / "learner-0.log"), 60,
+                 "a checkpoint")
+        kill(learner_rank_pid(run_dir, 1))
+        wait_for(lambda: "restart 1 in" in text_of(run_dir / "mpirun.log"), 60,
+                 "the learner group started again")
+        output = finish(proc, out, tmp_path, session)
     assert "learners ended (finished (status 0)" in output
     logs = assert_one_series_to_the_budget(run_dir, BUDGET)
     learner_log = (run_dir / "learner-0.log").read_text()
@@ -129,10 +127,7 @@ def test_a_killed_learner_rank_restarts_the_group_from_its_checkpoint(tmp_path):
                if "resumed from" in line]
     assert len(resumed) == 1 and 0 < resumed[0] < BUDGET, resumed
     assert (logs["frames"] > resumed[0]).any()
-    merged = read_csv(run_dir / "learner-0.csv")
-    assert merged["frames"].is_monotonic_increasing
-    from tests.helpers import assert_ranks_in_sync
-
+    assert read_csv(run_dir / "learner-0.csv")["frames"].is_monotonic_increasing
     assert_ranks_in_sync(run_dir, same_rows=False)
 
 
@@ -156,21 +151,19 @@ def test_an_actor_host_cut_off_for_30_s_and_one_whose_processes_die(tmp_path, ne
     flags[flags.index(f"--total_environment_frames={BUDGET}")] = \
         f"--total_environment_frames={2 * BUDGET}"
     out = tmp_path / "frontend.out"
-    proc = start_frontend(out, *flags)
-    wait_past(run_dir, 20_000)
-    network.set_link(0, up=False)
-    time.sleep(30)
-    network.set_link(0, up=True)
-    before = network.hosts[1].pids() - {network.hosts[1].sshd_pid()}
-    assert before, "host 1 runs its actor"
-    for pid in before:
-        try:
-            kill(pid)
-        except ProcessLookupError:
-            pass
-    wait_for(lambda: (network.hosts[1].pids() - {network.hosts[1].sshd_pid()}) - before, 60,
-             "an actor on host 1 again")
-    finish(proc, out, tmp_path, session)
+    with foreground_run(out, flags) as proc:
+        wait_past(run_dir, 20_000)
+        network.set_link(0, up=False)
+        time.sleep(30)
+        network.set_link(0, up=True)
+        before = network.hosts[1].pids() - {network.hosts[1].sshd_pid()}
+        assert before, "host 1 runs its actor"
+        for pid in before:
+            with contextlib.suppress(ProcessLookupError):
+                kill(pid)
+        wait_for(lambda: (network.hosts[1].pids() - {network.hosts[1].sshd_pid()}) - before,
+                 60, "an actor on host 1 again")
+        finish(proc, out, tmp_path, session)
     assert_one_series_to_the_budget(run_dir, 2 * BUDGET)
     assert "restart 1 in" in (run_dir / "actor-1.log").read_text()
     wait_for(lambda: not any(network.stray_pids().values()), 30,
