@@ -18,7 +18,6 @@ cd "$(dirname "$0")/.."
 BASE=${BASE:-python:3.11-slim-bookworm}
 IMAGE=${IMAGE:-impala-cpu}
 VENV=${VENV:-.venv}
-CACHE=${IMPALA_CACHE:-$HOME/.cache/impala-mlma}
 WHEELS=build/docker/cache/wheels
 TORCH_VERSION=$(sed -n 's/^TORCH_VERSION=\([0-9.]*\).*/\1/p' scripts/setup.sh)
 HOROVOD_VERSION=$(sed -n 's/^HOROVOD_VERSION=\([0-9.]*\).*/\1/p' scripts/setup.sh)
@@ -39,7 +38,9 @@ gather_wheels() {
   local pins=build/docker/pins.txt
   "$VENV/bin/pip" freeze --exclude-editable | grep -v -i '^horovod' > "$pins"
   local horovod
-  horovod=$(ls "$CACHE"/wheels/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
+  horovod=$(bash scripts/setup.sh --horovod-wheel) || {
+    echo "[docker] no Horovod wheel to put in the image (scripts/setup.sh --horovod-wheel" \
+         "failed above)" >&2; exit 1; }
   cp -u "$horovod" "$WHEELS/"
   log "gathering wheels into $WHEELS (the pins of $VENV)"
   "$VENV/bin/pip" download -q -d "$WHEELS" --only-binary=:all: -c "$pins" \

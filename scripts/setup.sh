@@ -8,6 +8,8 @@
 #   scripts/setup.sh --system        Debian packages only (the Docker image's first layer)
 #   scripts/setup.sh --no-system     everything but the Debian packages
 #   scripts/setup.sh --test-engines  the engines the test suite runs for real: Docker, Slurm
+#   scripts/setup.sh --horovod-wheel prints the path of this machine's Horovod wheel in the
+#                                    cache, building it first where it is missing
 # TORCH_BUILD=cpu|cuda overrides the choice; TORCH_CUDA_INDEX is where CUDA builds come from.
 # IMPALA_EXTRAS are the project's extras to install (default dev,wandb).
 set -euo pipefail
@@ -140,6 +142,23 @@ install_horovod() {
   "$VENV/bin/horovodrun" --check-build
 }
 
+horovod_wheel_path() {
+  # `make docker` copies this wheel into the image's build context, whatever cache `make
+  # setup` used before (or none, after the cache was cleaned).
+  local wheel
+  wheel=$(cached_horovod_wheel)
+  if [ -z "$wheel" ]; then
+    build_horovod_wheel >&2
+    wheel=$(cached_horovod_wheel)
+  fi
+  if [ -z "$wheel" ]; then
+    echo "[setup] no Horovod $HOROVOD_VERSION wheel in $CACHE/wheels, and building one" \
+         "failed (see above)" >&2
+    exit 1
+  fi
+  echo "$wheel"
+}
+
 if [ "${1:-}" = "--torch-build" ]; then
   torch_build
   exit 0
@@ -147,6 +166,8 @@ fi
 case "${1:-}" in
   --system) install_apt_packages "${APT_PACKAGES[@]}"; exit 0 ;;
   --test-engines) install_apt_packages "${TEST_ENGINE_PACKAGES[@]}"; exit 0 ;;
+  --horovod-wheel) make_venv >&2; log() { printf '[setup] %s\n' "$*" >&2; }
+                   horovod_wheel_path; exit 0 ;;
   --no-system) ;;
   "") install_apt_packages "${APT_PACKAGES[@]}" ;;
   *) echo "[setup] unknown option: $1 (see the top of $0)" >&2; exit 2 ;;

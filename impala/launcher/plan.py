@@ -231,10 +231,11 @@ def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place
     log = str(run_dir / f"{name}.log")
     title = f"{name} {worker.ip}:{worker.port} -> learner {group.rank}"
     # Restarted where it runs: the supervisor beside the actor, on its host, restarts it and
-    # tells its learner when it leaves it down; the local end of an ssh session (cut off, or
-    # its host's processes gone) starts the session again.
-    restarts = actor_supervision(opts)
-    beside = [*restarts, "--report_down"]
+    # tells its learner when it leaves it down. The local end of an ssh session starts the
+    # session again when it fails (cut off, or its host's processes gone), not when the
+    # supervisor there ended it (a stop, status 0).
+    beside = [*actor_supervision(opts, "always"), "--report_down"]
+    session = actor_supervision(opts, "on-failure")
     if place.slurm_node:
         # srun runs here and the actor on its node: stopping srun stops the actor.
         srun = ["env", *slurm_env(), *srun_argv(place.slurm_node, place.workdir, name)]
@@ -262,7 +263,7 @@ def _actor_process(cfg: Config, opts: FrontendOptions, worker: WorkerSpec, place
     local_pidfile = str(run_dir / "pids" / f"{name}.ssh.pid")
     login = {k: v for k, v in asdict(place.access).items() if k != "password"}
     return Process(name, "actor", worker.ip, False, title, place.workdir,
-                   logged_argv(transport, local_pidfile, log, supervision=restarts),
+                   logged_argv(transport, local_pidfile, log, supervision=session),
                    local_pidfile, log,
                    remote_pidfile=remote_pidfile, remote_python=place.python,
                    csv_line=worker.line, ssh=login,
@@ -278,9 +279,10 @@ def logged_argv(command: list[str], pidfile: str, log: str | None = None,
             *(["--log", log] if log else []), *(supervision or []), "--", *command]
 
 
-def actor_supervision(opts: FrontendOptions) -> list[str]:
-    """An actor is started again whenever it exits, until it exits too often."""
-    return ["--restart=always", f"--restart_limit={opts.actor_restart_limit}",
+def actor_supervision(opts: FrontendOptions, when: str) -> list[str]:
+    """An actor is started again when it exits (`when`: always, or on-failure), until it
+    exits too often."""
+    return [f"--restart={when}", f"--restart_limit={opts.actor_restart_limit}",
             f"--restart_window_s={opts.actor_restart_window_s:g}"]
 
 

@@ -102,8 +102,9 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
     def on_signal(signum: int, _frame) -> None:
         interrupted.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # SIGUSR1: Slurm's warning before a time limit (sandbox/slurm.sbatch passes it on).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, on_signal)
     learners, actors = plan.learners, plan.actors
     first_seen: tuple[float, float] | None = None  # (time, frames) of the first row read
     time.sleep(2)

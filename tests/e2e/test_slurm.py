@@ -1,7 +1,8 @@
 """--slurm on a real Slurm cluster (munged, slurmctld, three slurmd, each node in a network
 namespace of its own): the example batch script trains CartPole to its budget with two
 learners in sync and two actors, every host taken from the allocation; scancel stops a run
-cleanly, with its checkpoint saved and nothing left running."""
+cleanly, with its checkpoint saved and nothing left running; a requeued job, and one that
+reaches its time limit, stops with its checkpoint, comes back by itself and finishes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.frontend import CARTPOLE, processes_mentioning, tmux_has
-from tests.helpers import ROOT, assert_ranks_in_sync, last_value, wait_for
+from tests.helpers import ROOT, assert_ranks_in_sync, last_value, read_csv, wait_for
 from tests.slurm_cluster import SlurmCluster, unavailable_reason
 
 SKIP = unavailable_reason()
@@ -83,3 +84,69 @@ def test_scancel_stops_the_whole_run_with_its_checkpoint(cluster, tmp_path):
     assert "interrupted: stopping the whole run" in output.read_text()
     wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "no process of the run left")
     assert not tmux_has(session)
+
+
+def job_state(cluster: SlurmCluster, job: str) -> str:
+    """The job's state and restart count as scontrol shows them ("" once it has gone)."""
+    shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env,
+                           capture_output=True, text=True, timeout=30).stdout
+    fields = dict(part.split("=", 1) for part in shown.split() if "=" in part)
+    return f"{fields.get('JobState', '')} restarts={fields.get('Restarts', '')}"
+
+
+def assert_resumed_to_the_budget(tmp_path, budget: int) -> None:
+    """The run resumed from a checkpoint once or more, its frames never went back, it
+    reached its budget, and nothing of it is left."""
+    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    learner_log = (run_dir / "learner-0.log").read_text()
+    assert "resumed from" in learner_log, learner_log[-2000:]
+    logs = read_csv(run_dir / "logs.csv")
+    assert logs["frames"].is_monotonic_increasing and logs["frames"].iloc[-1] >= budget
+    assert_ranks_in_sync(run_dir, same_rows=False)
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "no process of the run left")
+
+
+def test_a_requeued_job_stops_with_its_checkpoint_and_resumes_by_itself(cluster, tmp_path):
+    """`scontrol requeue` mid-run (what a preemption or a failed node does): the run stops
+    with its checkpoint, the job comes back by itself and trains on from the checkpoint to
+    its budget."""
+    budget = 150_000
+    submitted = sbatch(cluster, tmp_path, "impala-test-slurm-requeue", budget, wait=False)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    try:
+        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 30_000, 180,
+                 "training under Slurm")
+        subprocess.run(["scontrol", "requeue", job], env=cluster.env, check=True, timeout=30)
+        wait_for(lambda: not jobs_in_queue(cluster), 600, "the requeued job to finish")
+    finally:
+        subprocess.run(["scancel", job], env=cluster.env, timeout=30)
+    output = (tmp_path / "job.out").read_text()
+    assert f"job {job}, start 2" in output, output[-3000:]
+    assert "learners ended (finished (status 0)" in output, output[-3000:]
+    assert_resumed_to_the_budget(tmp_path, budget)
+
+
+def test_a_job_near_its_time_limit_checkpoints_requeues_itself_and_finishes(cluster, tmp_path):
+    """A 3-minute job whose warning (USR1) comes 90 s before the limit, with a budget that
+    one start cannot reach: each start stops with a checkpoint on the warning and requeues
+    the job, and a later start finishes the run."""
+    budget = 100_000
+    done = subprocess.run(
+        ["sbatch", "--parsable", "-N", "3", "--time=3", "--signal=B:USR1@90",
+         f"--output={tmp_path / 'job.out'}", SBATCH, "--num_learners=2",
+         "--tmux_sess=impala-test-slurm-limit", f"--logdir={tmp_path / 'runs'}",
+         f"--total_environment_frames={budget}", "--summary_interval_s=2", *CARTPOLE],
+        cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    try:
+        wait_for(lambda: not jobs_in_queue(cluster), 900, "the job to finish")
+    finally:
+        subprocess.run(["scancel", job], env=cluster.env, timeout=30)
+    output = (tmp_path / "job.out").read_text()
+    assert "stopped before the time limit with a checkpoint; requeued" in output, output[-3000:]
+    assert "learners ended (finished (status 0)" in output, output[-3000:]
+    assert "TIME LIMIT" not in output
+    assert_resumed_to_the_budget(tmp_path, budget)
