@@ -14,10 +14,10 @@ from pathlib import Path
 from impala.config import Config, usable_cores
 from impala.presets import to_argv
 from impala.process import PARENT_PID_VARIABLE, name_os_thread
+from impala.supervision import ACTOR_RESTART_LIMIT, ACTOR_RESTART_WINDOW_S, RestartPolicy
 
 log = logging.getLogger("local")
 
-RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
 
 
 def actor_command(cfg: Config, task: int) -> list[str]:
@@ -27,7 +27,8 @@ def actor_command(cfg: Config, task: int) -> list[str]:
 
 
 class ActorSupervisor(threading.Thread):
-    """Starts the actors, restarts any that dies (with backoff), stops them all at the end.
+    """Starts the actors, restarts any that dies (by impala/supervision.py's rule: with
+    backoff, and left down after too many restarts), stops them all at the end.
 
     Actors get sessions of their own, so a Ctrl-C in the terminal reaches only the learner,
     which then stops them here: exactly the processes this run started.
@@ -39,7 +40,8 @@ class ActorSupervisor(threading.Thread):
         self.cfg = cfg
         self.run_dir = run_dir
         self.procs: dict[int, subprocess.Popen] = {}
-        self.restarts: dict[int, int] = {}
+        self.policies = {task: RestartPolicy(ACTOR_RESTART_LIMIT, ACTOR_RESTART_WINDOW_S)
+                         for task in range(cfg.num_actors)}
         # The run's own stop event where there is one: a signal sets it before the
         # learner's last checkpoint and `stop()`, and an actor the same signal reached
         # (sent to the whole process group, say) must not be started again meanwhile.
@@ -66,20 +68,25 @@ class ActorSupervisor(threading.Thread):
             for task in range(self.cfg.num_actors):
                 self._start(task)
         next_start: dict[int, float] = {}
+        down: set[int] = set()
         while not self.stopping.wait(0.5):
             with self._lock:
                 for task, proc in list(self.procs.items()):
-                    if proc.poll() is None or self.stopping.is_set():
+                    if proc.poll() is None or self.stopping.is_set() or task in down:
                         continue
                     if task not in next_start:
-                        count = self.restarts.get(task, 0)
-                        delay = RESTART_BACKOFF_S[min(count, len(RESTART_BACKOFF_S) - 1)]
-                        log.warning("actor %d exited with %s; restarting in %d s", task,
-                                    proc.returncode, delay)
-                        next_start[task] = time.time() + delay
+                        decision = self.policies[task].after_exit(proc.returncode, time.time())
+                        if not decision.restart:
+                            log.error("actor %d exited with %s and is left down: %s; the run "
+                                      "goes on with the other actors", task, proc.returncode,
+                                      decision.reason)
+                            down.add(task)
+                            continue
+                        log.warning("actor %d exited with %s; restarting in %g s", task,
+                                    proc.returncode, decision.delay_s)
+                        next_start[task] = time.time() + decision.delay_s
                     elif time.time() >= next_start[task]:
                         del next_start[task]
-                        self.restarts[task] = self.restarts.get(task, 0) + 1
                         self._start(task)
 
     def stop(self, timeout_s: float = 10.0) -> None:

@@ -15,6 +15,9 @@ BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A supervisor that left its process down exits with this status, so a supervisor above it
 # (the local end of an ssh or srun) leaves it down too instead of starting it again.
 LEFT_DOWN_STATUS = 86
+# An actor is left down after this many restarts within this many seconds.
+ACTOR_RESTART_LIMIT = 5
+ACTOR_RESTART_WINDOW_S = 600.0
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,7 @@ class Supervisor:
         self.pidfile.write_text(f"{self.proc.pid} {start_ticks(self.proc.pid)}\n")
         if self.stopping.is_set():  # a stop that came while it was being started
             os.killpg(self.proc.pid, signal.SIGTERM)
+        threading.Thread(target=end_group_after, args=(self.proc,), daemon=True).start()
         while chunk := self.proc.stdout.read1(65536):
             self.write(chunk)
         code = self.proc.wait()
@@ -186,6 +187,21 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+
+def end_group_after(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Once the process exits, end what it left in its group (a child still holding its
+    output open, say): SIGTERM, then SIGKILL after `grace_s`. Only then can a restart
+    follow, and no orphan of the run outlives it."""
+    proc.wait()
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + grace_s
+        while time.time() < deadline and _group_alive(proc.pid):
+            time.sleep(0.1)
 
 
 def run(pidfile: Path, log: Path | None, command: list[str],

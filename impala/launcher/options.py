@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from impala.supervision import ACTOR_RESTART_LIMIT, ACTOR_RESTART_WINDOW_S
+
 
 def _option(help: str, default: Any = dataclasses.MISSING) -> Any:
     return field(default=default, metadata={"help": help})
@@ -47,9 +49,10 @@ class FrontendOptions:
     max_restarts: int = _option("times the learner group is started again from its last "
                                 "checkpoint after a rank dies (0: never)", 3)
     actor_restart_limit: int = _option("restarts an actor gets within "
-                                       "--actor_restart_window_s before it is left down", 5)
+                                       "--actor_restart_window_s before it is left down",
+                                       ACTOR_RESTART_LIMIT)
     actor_restart_window_s: float = _option("seconds over which an actor's restarts are "
-                                            "counted", 600.0)
+                                            "counted", ACTOR_RESTART_WINDOW_S)
 
     def __post_init__(self) -> None:
         if bool(self.workers_csv_path) == self.slurm:

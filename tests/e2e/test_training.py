@@ -16,7 +16,8 @@ import pytest
 
 from impala.algorithms.impala import Impala
 from impala.flags import parse_config
-from impala.local import RESTART_BACKOFF_S, ActorSupervisor
+from impala.local import ActorSupervisor
+from impala.supervision import BACKOFF_S
 from tests.helpers import (
     CARTPOLE_FLAGS,
     PRESETS,
@@ -320,7 +321,7 @@ def test_an_actor_that_exits_while_the_run_stops_is_not_started_again(tmp_path, 
             run_stopping.set()  # what the learner's signal handler sets
             first.send_signal(signal.SIGTERM)
             first.wait(timeout=30)
-            time.sleep(RESTART_BACKOFF_S[0] + 1.5)  # past the first restart's delay
+            time.sleep(BACKOFF_S[0] + 1.5)  # past the first restart's delay
             assert supervisor.procs[0] is first
         finally:
             supervisor.stop()
