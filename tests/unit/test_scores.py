@@ -1,0 +1,48 @@
+"""The suite's scores (results/scores.py): the window of a score at N frames, HNS, and the
+Atari-5 estimate, against Dopamine's published curves worked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from results import scores
+
+
+def test_the_score_at_n_frames_is_the_mean_of_the_episodes_of_the_last_million():
+    episodes = pd.DataFrame({"frames": [500_000, 1_000_000, 1_000_001, 1_999_999, 2_000_000],
+                             "episode_return": [1.0, 3.0, 10.0, 20.0, 30.0]})
+    assert scores.score_at(episodes, 1_000_000) == 2.0
+    assert scores.score_at(episodes, 2_000_000) == 20.0
+    assert scores.score_at(episodes, 5_000_000) is None
+    assert scores.iteration_means(episodes).to_dict() == {1_000_000: 2.0, 2_000_000: 20.0}
+
+
+def test_hns_is_a_percentage_of_the_way_from_random_to_human():
+    assert scores.hns("Qbert", 163.88) == 0.0
+    assert scores.hns("Qbert", 13_455.0) == pytest.approx(100.0)
+    assert scores.hns("DoubleDunk", -17.475) == pytest.approx(50.0)
+    assert scores.hns("NoSuchGame", 1.0) is None
+
+
+def test_atari5_needs_all_five_games_and_matches_a_hand_computation():
+    five = {"BattleZone": 50.0, "DoubleDunk": -20.0, "NameThisGame": 100.0, "Phoenix": 60.0,
+            "Qbert": 40.0}
+    weights = {"BattleZone": 0.382, "DoubleDunk": 0.068, "NameThisGame": 0.311,
+               "Phoenix": 0.124, "Qbert": 0.080}
+    by_hand = 10 ** sum(w * math.log10(1 + max(five[g], 0)) for g, w in weights.items()) - 1
+    assert scores.atari5(five) == pytest.approx(by_hand)
+    assert scores.atari5({**five, "Qbert": None}) is None
+
+
+def test_dopamines_agents_at_10m_frames():
+    """IQN 68% and Rainbow 43% at 10M frames, from the mean of Dopamine's 5 seeds."""
+    data = scores.dopamine()
+    games = ("BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert")
+    estimate = {agent: scores.atari5({g: scores.hns(g, scores.dopamine_score(
+        data, g, agent, 10_000_000)) for g in games}) for agent in ("IQN", "Rainbow", "DQN")}
+    assert estimate["IQN"] == pytest.approx(68.1, abs=0.1)
+    assert estimate["Rainbow"] == pytest.approx(43.1, abs=0.1)
+    assert estimate["DQN"] == pytest.approx(9.6, abs=0.1)
