@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from impala.launcher import logged, tmux
+from impala.launcher import processes, tmux
 from impala.launcher.cluster import ClusterFileError, WorkerSpec, read_cluster_csv
 from impala.launcher.options import FrontendOptions
 from impala.launcher.plan import ClusterRecord, Process, ssh_options_of
@@ -73,7 +73,7 @@ def _stop_one(process: Process, opts: FrontendOptions, csv_path: str) -> StopRes
     # mpirun forwards SIGUSR1 to every rank at once; on SIGTERM it would wait, then kill
     # them (impala/launcher/mpi.py). Ranks take either as a stop request.
     first = signal.SIGUSR1 if process.role == "learners" else signal.SIGTERM
-    results.append(logged.stop(Path(process.pidfile), grace, first_signal=first))
+    results.append(processes.stop(Path(process.pidfile), grace, first_signal=first))
     return StopResult(ok, "; ".join(results))
 
 
@@ -108,13 +108,32 @@ def stop_run(opts: FrontendOptions, run_dir: Path) -> int:
     return 0 if ok else 1
 
 
+def end_actors(run_dir: Path) -> int:
+    """After the learners ended by themselves (their budget, or left down): stop the run's
+    actors on every host and its tmux session, as a foreground frontend would, so a
+    detached run ends whole. The learners' supervisor runs this."""
+    record = ClusterRecord.load(run_dir)
+    if record is None:
+        print(f"error: no readable {ClusterRecord.FILE} in {run_dir}", file=sys.stderr)
+        return 1
+    opts = FrontendOptions(workers_csv_path=record.workers_csv_path,
+                           slurm=not record.workers_csv_path, ssh_config=record.ssh_config,
+                           ssh_options=record.ssh_options)
+    print("the learners ended: stopping the actors", flush=True)
+    ok = stop_processes([p for p in record.processes if p.role != "learners"], opts,
+                        record.workers_csv_path)
+    tmux.kill_session(record.tmux_session)  # the learners' pane too: its last act
+    return 0 if ok else 1
+
+
+
 def status_run(opts: FrontendOptions, run_dir: Path) -> int:
     record = ClusterRecord.load(run_dir)
     if record is None:
         print(f"error: no readable {ClusterRecord.FILE} in {run_dir}", file=sys.stderr)
         return 1
     for p in record.processes:
-        state = logged.describe(Path(p.pidfile))
+        state = processes.describe(Path(p.pidfile))
         if p.remote_pidfile:
             try:
                 _, output = _remote_logged(p, opts, record.workers_csv_path,
@@ -126,5 +145,12 @@ def status_run(opts: FrontendOptions, run_dir: Path) -> int:
             except (ConnectionError, KeyError) as exc:
                 print(f"{p.name:10s} {p.host:15s} unknown ({exc})")
                 continue
-        print(f"{p.name:10s} {p.host:15s} {state}  {logged.last_line(Path(p.log))}")
+        print(f"{p.name:10s} {p.host:15s} {state}  {processes.last_line(Path(p.log))}")
     return 0
+
+
+if __name__ == "__main__":
+    # python -m impala.launcher.control --end_actors RUN_DIR
+    if len(sys.argv) != 3 or sys.argv[1] != "--end_actors":
+        sys.exit("usage: python -m impala.launcher.control --end_actors RUN_DIR")
+    sys.exit(end_actors(Path(sys.argv[2])))

@@ -4,15 +4,11 @@ passed on, and (with --restart) started again when it exits, by the rule of
 impala/supervision.py.
 
   python -m impala.launcher.logged --pidfile P [--log L] [--restart=always --restart_limit=5
-      --restart_window_s=300] [--report_down] -- command args...
+      --restart_window_s=300] [--report_down] [--end_run RUN_DIR] -- command args...
   python -m impala.launcher.logged --stop P [--grace_s 20]   # end exactly that group
   python -m impala.launcher.logged --status P [--log L]      # state + last log line
 
-A pidfile holds "pid start_ticks" of the running process: the start time (from /proc)
-tells a recycled pid from ours, so a stop never hits another process that happens to get
-the same number. Beside it, `P.state` holds the supervisor's own pid and start time, its
-state (running, restarting, down, finished, stopped), its restarts and why it left the
-process down. A stop goes to the supervisor first, so nothing is restarted meanwhile.
+The files it keeps (pidfile and state) and reading them back: impala/launcher/processes.py.
 """
 
 from __future__ import annotations
@@ -27,6 +23,16 @@ import threading
 import time
 from pathlib import Path
 
+from impala.launcher.processes import (
+    describe,
+    group_alive,
+    last_line,
+    read_state,
+    start_ticks,
+    state_path,
+    stop,
+    supervisor_alive,
+)
 from impala.process import DOWN_REASON_VARIABLE
 from impala.supervision import LEFT_DOWN_STATUS, RestartPolicy
 
@@ -34,63 +40,15 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 DOWN_REPORT_TIMEOUT_S = 60.0
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":  # a zombie has exited
-        return None
-    return int(fields[19])
-
-
-def read_pidfile(path: Path) -> tuple[int, int] | None:
-    try:
-        pid, ticks = path.read_text().split()
-        return int(pid), int(ticks)
-    except (OSError, ValueError):
-        return None
-
-
-def is_running(path: Path) -> bool:
-    """The supervised process itself is alive."""
-    recorded = read_pidfile(path)
-    return recorded is not None and start_ticks(recorded[0]) == recorded[1]
-
-
-def state_path(pidfile: Path) -> Path:
-    return pidfile.with_name(pidfile.name + ".state")
-
-
-def read_state(pidfile: Path) -> dict:
-    """The supervisor's record ({} where there is none, or it cannot be read)."""
-    try:
-        return json.loads(state_path(pidfile).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def supervisor_alive(state: dict) -> bool:
-    pid, ticks = state.get("supervisor") or (0, 0)
-    return bool(pid) and start_ticks(pid) == ticks
-
-
-def is_up(pidfile: Path) -> bool:
-    """The process runs, or its supervisor is about to start it again."""
-    state = read_state(pidfile)
-    return is_running(pidfile) or (supervisor_alive(state)
-                                   and state.get("state") in ("running", "restarting"))
-
-
 class Supervisor:
     """Starts the command, copies its output, and restarts it as `policy` says."""
 
     def __init__(self, pidfile: Path, log: Path | None, command: list[str],
-                 policy: RestartPolicy | None, report_down: bool) -> None:
+                 policy: RestartPolicy | None, report_down: bool,
+                 end_run_dir: Path | None = None) -> None:
         self.pidfile, self.log, self.command = pidfile, log, command
         self.policy, self.report_down = policy, report_down
+        self.end_run_dir = end_run_dir
         self.stopping = threading.Event()
         self.proc: subprocess.Popen | None = None
         self.log_file = None
@@ -156,7 +114,10 @@ class Supervisor:
                 return code
             decision = self.policy.after_exit(code, time.time())
             if not decision.restart:
-                return self.leave(code, decision.reason)
+                status = self.leave(code, decision.reason)
+                if self.end_run_dir is not None:
+                    self.end_run()
+                return status
             self.write_state(state="restarting", status=code, restarts=self.policy.restarts)
             self.say(f"restart {self.policy.restarts} in {decision.delay_s:g} s")
             if self.stopping.wait(decision.delay_s):
@@ -173,6 +134,16 @@ class Supervisor:
         if self.report_down:
             self.tell_peer(reason)
         return LEFT_DOWN_STATUS
+
+    def end_run(self) -> None:
+        """The learners ended by themselves: stop the rest of the run (its actors, its tmux
+        session), so a detached run ends whole."""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "impala.launcher.control", "--end_actors",
+             str(self.end_run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        output, _ = self.proc.communicate()
+        self.write(output)
 
     def tell_peer(self, reason: str) -> None:
         """Run the command once more with the reason in DOWN_REASON_VARIABLE: an actor so
@@ -200,19 +171,20 @@ def end_group_after(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         except ProcessLookupError:
             return
         deadline = time.time() + grace_s
-        while time.time() < deadline and _group_alive(proc.pid):
+        while time.time() < deadline and group_alive(proc.pid):
             time.sleep(0.1)
 
 
 def run(pidfile: Path, log: Path | None, command: list[str],
-        policy: RestartPolicy | None = None, report_down: bool = False) -> int:
+        policy: RestartPolicy | None = None, report_down: bool = False,
+        end_run_dir: Path | None = None) -> int:
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     earlier = read_state(pidfile)
     if supervisor_alive(earlier) and earlier["supervisor"][0] != os.getpid():
         # A supervisor of the same process that outlived its connection (an ssh session
         # cut off and started again): end it, so the process never runs twice.
         stop(pidfile, grace_s=20.0)
-    supervisor = Supervisor(pidfile, log, command, policy, report_down)
+    supervisor = Supervisor(pidfile, log, command, policy, report_down, end_run_dir)
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         supervisor.log_file = open(log, "ab")  # noqa: SIM115 - closed below
@@ -221,69 +193,6 @@ def run(pidfile: Path, log: Path | None, command: list[str],
     finally:
         if supervisor.log_file is not None:
             supervisor.log_file.close()
-
-
-def stop(pidfile: Path, grace_s: float, first_signal: int = signal.SIGTERM) -> str:
-    """Send `first_signal` to the supervisor (which passes it on and restarts nothing), or
-    to the recorded process group where none supervises it; SIGKILL both after `grace_s`;
-    say what happened."""
-    state = read_state(pidfile)
-    supervisor = state["supervisor"][0] if supervisor_alive(state) else None
-    recorded = read_pidfile(pidfile)
-    pid = recorded[0] if recorded and start_ticks(recorded[0]) == recorded[1] else None
-    if supervisor is None and pid is None:
-        return "no pidfile" if recorded is None and not state else "not running"
-    if supervisor is not None:
-        os.kill(supervisor, first_signal)
-    else:
-        os.killpg(pid, first_signal)
-    deadline = time.time() + grace_s
-    while time.time() < deadline:
-        if not supervisor_alive(state) and not is_running(pidfile) \
-                and not (recorded and _group_alive(recorded[0])):
-            return "stopped"
-        time.sleep(0.2)
-    for target in ([recorded[0]] if recorded else []):
-        try:
-            os.killpg(target, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if supervisor is not None and supervisor_alive(state):
-        os.kill(supervisor, signal.SIGKILL)
-    return "killed"
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def describe(pidfile: Path) -> str:
-    """alive, restarting, down (with why), or dead."""
-    state = read_state(pidfile)
-    if is_running(pidfile):
-        restarts = state.get("restarts", 0)
-        return f"alive{f' (restarted {restarts}x)' if restarts else ''}"
-    if supervisor_alive(state) and state.get("state") == "restarting":
-        return f"restarting (restart {state.get('restarts', 0)})"
-    if state.get("state") == "down":
-        return f"down: {state.get('reason', '')}"
-    if state.get("state") in ("stopped", "finished"):
-        return f"{state['state']} (status {state.get('status')})"
-    return "dead"
-
-
-def last_line(log: Path | None) -> str:
-    if log is None or not log.exists():
-        return ""
-    with open(log, "rb") as f:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-        lines = [line for line in f.read().decode(errors="replace").splitlines()
-                 if line.strip()]
-    return lines[-1][:200] if lines else ""
 
 
 def policy_of(args: argparse.Namespace) -> RestartPolicy | None:
@@ -307,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report_down", action="store_true",
                         help=f"when left down, run the command once more with "
                         f"{DOWN_REASON_VARIABLE}=why (an actor then tells its learner)")
+    parser.add_argument("--end_run", type=Path, metavar="RUN_DIR",
+                        help="when done for good, stop the rest of the run recorded there "
+                        "(the learners' supervisor: their actors and tmux session)")
     parser.add_argument("--stop", type=Path, help="pidfile of the group to end")
     parser.add_argument("--status", type=Path, help="pidfile to report on")
     parser.add_argument("--grace_s", type=float, default=20.0)
@@ -321,7 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.pidfile or not command:
         parser.error("--pidfile and a command after -- are needed")
-    return run(args.pidfile, args.log, command, policy_of(args), args.report_down)
+    return run(args.pidfile, args.log, command, policy_of(args), args.report_down,
+               args.end_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 if __name__ == "__main__":

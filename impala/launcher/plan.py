@@ -201,7 +201,8 @@ def build_plan(cfg: Config, opts: FrontendOptions, workers: list[WorkerSpec],
         name="learners", role="learners",
         host=", ".join(sorted({g.learner.ip for g in groups})), local=True,
         title=f"learners x{len(groups)} (mpirun)", workdir=str(PROJECT_ROOT),
-        command=logged_argv(mpi, pidfile, log, supervision=learner_supervision(opts)),
+        command=logged_argv(mpi, pidfile, log,
+                            supervision=[*learner_supervision(opts), "--end_run", str(run_dir)]),
         pidfile=pidfile, log=log)
 
     # Actor i is the i-th actor of the file and serves learner i mod L; its environments

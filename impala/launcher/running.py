@@ -13,7 +13,7 @@ from pathlib import Path
 
 from impala import auth
 from impala.config import Config
-from impala.launcher import logged, tmux
+from impala.launcher import processes, tmux
 from impala.launcher.cluster import WorkerSpec
 from impala.launcher.control import stop_processes
 from impala.launcher.keys import copy_keys
@@ -109,7 +109,7 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
     first_seen: tuple[float, float] | None = None  # (time, frames) of the first row read
     time.sleep(2)
     while not interrupted.wait(opts.summary_interval_s):
-        alive = sum(logged.is_running(Path(p.pidfile)) for p in actors)
+        alive = sum(processes.is_running(Path(p.pidfile)) for p in actors)
         row = _last_log_row(plan)
         if row:
             first_seen = first_seen or (time.time(), row["frames"])
@@ -120,9 +120,9 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
         else:
             print(f"waiting for the learners' first log row | actors alive "
                   f"{alive}/{len(actors)}", flush=True)
-        if not logged.is_up(Path(learners.pidfile)):
-            status = logged.describe(Path(learners.pidfile))
-            print(f"learners ended ({status}: {logged.last_line(Path(learners.log))}); "
+        if not processes.is_up(Path(learners.pidfile)):
+            status = processes.describe(Path(learners.pidfile))
+            print(f"learners ended ({status}: {processes.last_line(Path(learners.log))}); "
                   "stopping the actors", flush=True)
             _end_run(plan, opts)
             return 0 if status == "finished (status 0)" else 1

@@ -1,6 +1,7 @@
 """The project's image, built by `make docker` with a real Docker engine from a base made with
 debootstrap, and a cluster of its containers started by the frontend from a CSV: two learners
-under one mpirun and two actors, training CartPole to its budget with the learners in sync."""
+under one mpirun and two actors, training CartPole to its budget with the learners in sync,
+through an actor killed inside its container and started again there."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from tests.docker_engine import (
     make_base_image,
     unavailable_reason,
 )
-from tests.frontend import CARTPOLE, frontend, tmux_has
-from tests.helpers import ROOT, assert_ranks_in_sync, last_value
+from tests.faults import foreground_run, pid_in, text_of
+from tests.frontend import CARTPOLE, tmux_has
+from tests.helpers import ROOT, assert_ranks_in_sync, last_value, wait_for
 
 IMAGE = "impala-cpu"
 SKIP = unavailable_reason()
@@ -68,18 +70,29 @@ def test_a_cluster_of_containers_trains_with_two_learners_in_sync(image, tmp_pat
             f"actor,{net.address(2)},9001,,22,root,,/opt/impala\n"
             f"actor,{net.address(2)},9002,,22,root,,/opt/impala\n")
         session = "impala-test-docker"
-        result = frontend(f"--workers_csv_path={hosts}", f"--tmux_sess={session}",
-                          f"--logdir={logdir}", f"--ssh_config={ssh_config}",
-                          f"--mpi_iface={net.SUBNET}.0/24", "--total_environment_frames=40000",
-                          "--summary_interval_s=2", "--force", *CARTPOLE, timeout=300)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert "checking 3 remote host(s)" in result.stdout
-        assert "learners ended" in result.stdout
+        flags = [f"--workers_csv_path={hosts}", f"--tmux_sess={session}", f"--logdir={logdir}",
+                 f"--ssh_config={ssh_config}", f"--mpi_iface={net.SUBNET}.0/24",
+                 "--total_environment_frames=80000", "--summary_interval_s=2", "--force",
+                 *CARTPOLE]
+        run_dir = logdir / "CartPole-v1_MLPAgent"
+        rank_dirs = [net.local_path(0, run_dir), net.local_path(1, run_dir)]
+        actor_pidfile = net.local_path(2, run_dir / "pids" / "actor-0.pid")
+        out = tmp_path / "frontend.out"
+        with foreground_run(out, flags) as proc:
+            wait_for(lambda: last_value(rank_dirs[0] / "logs.csv", "frames") > 20_000, 240,
+                     "training in the containers")
+            # Killed inside its container: its supervisor there starts it again.
+            first = pid_in(actor_pidfile)
+            docker("exec", net.containers[2], "kill", "-9", str(first))
+            wait_for(lambda: pid_in(actor_pidfile) != first, 60, "actor-0 started again")
+            assert proc.wait(timeout=300) == 0, text_of(out)[-3000:]
+        output = text_of(out)
+        assert "checking 3 remote host(s)" in output
+        assert "learners ended" in output
+        assert "restart 1 in" in text_of(run_dir / "actor-0.log")
         assert not tmux_has(session)
         for index in range(3):  # the run left nothing behind but each container's sshd
             assert all("sshd" in p for p in net.processes(index)), net.processes(index)
-        run_dir = logdir / "CartPole-v1_MLPAgent"
-        rank_dirs = [net.local_path(0, run_dir), net.local_path(1, run_dir)]
-        assert last_value(rank_dirs[0] / "logs.csv", "frames") >= 40_000
+        assert last_value(rank_dirs[0] / "logs.csv", "frames") >= 80_000
         assert (rank_dirs[0] / "checkpoint.pt").exists()
         assert assert_ranks_in_sync(run_dir, rank_dirs=rank_dirs)["updates"].iloc[-1] > 20

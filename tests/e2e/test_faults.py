@@ -131,6 +131,25 @@ def test_a_killed_learner_rank_restarts_the_group_from_its_checkpoint(tmp_path):
     assert_ranks_in_sync(run_dir, same_rows=False)
 
 
+def test_a_detached_run_ends_whole_when_its_learners_finish(tmp_path):
+    """No frontend follows a detached run: the learners' supervisor stops the actors and
+    the tmux session once the learners reach their budget."""
+    session = "impala-test-fault-detached"
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    flags = flags_of(tmp_path, "learner,localhost,8051,,,,\nactor,localhost,9051,,,,\n",
+                     session)
+    started = frontend(*flags, "--detach")
+    assert started.returncode == 0, started.stderr
+    try:
+        wait_for(lambda: not tmux_has(session), 300, "the run to end by itself")
+    finally:
+        frontend(*flags, "--stop", timeout=200)
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), 20, "no process of the run left")
+    assert "the learners ended: stopping the actors" in text_of(run_dir / "mpirun.log")
+    assert "actor-0 on localhost: stopped" in text_of(run_dir / "mpirun.log")
+    assert_one_series_to_the_budget(run_dir, BUDGET)
+
+
 @pytest.fixture(scope="module")
 def network(tmp_path_factory):
     if NETNS_SKIP:

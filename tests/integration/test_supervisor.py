@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 
-from impala.launcher import logged
+import pytest
+
+from impala.launcher import processes
 from tests.helpers import wait_for
 
 
@@ -33,49 +35,54 @@ def test_a_process_that_keeps_exiting_is_left_down_and_reports_why(tmp_path):
     assert "report: exited 3 times within 60 s (last status 3); restart limit 2" in log
     state = json.loads((tmp_path / "p.pid.state").read_text())
     assert state["state"] == "down" and state["restarts"] == 2
-    assert logged.describe(tmp_path / "p.pid").startswith("down: exited 3 times")
+    assert processes.describe(tmp_path / "p.pid").startswith("down: exited 3 times")
 
 
-def test_a_killed_process_is_restarted_and_a_stop_during_the_backoff_ends_it(tmp_path):
+@pytest.fixture
+def pidfile(tmp_path):
+    """The supervised process's pidfile; whatever a failing test left running is stopped."""
+    path = tmp_path / "p.pid"
+    yield path
+    processes.stop(path, grace_s=10)
+
+
+def test_a_killed_process_is_restarted_and_a_stop_during_the_backoff_ends_it(tmp_path,
+                                                                            pidfile):
     proc = supervise(tmp_path, "sleep 1000", "--restart=always")
-    pidfile = tmp_path / "p.pid"
-    wait_for(lambda: logged.is_running(pidfile), 10, "the process")
-    first = logged.read_pidfile(pidfile)[0]
+    wait_for(lambda: processes.is_running(pidfile), 10, "the process")
+    first = processes.read_pidfile(pidfile)[0]
     subprocess.run(["kill", "-9", str(first)], check=True)
-    wait_for(lambda: logged.is_running(pidfile) and logged.read_pidfile(pidfile)[0] != first,
+    wait_for(lambda: processes.is_running(pidfile) and processes.read_pidfile(pidfile)[0] != first,
              10, "the process started again")
-    assert logged.describe(pidfile) == "alive (restarted 1x)"
-    second = logged.read_pidfile(pidfile)[0]
+    assert processes.describe(pidfile) == "alive (restarted 1x)"
+    second = processes.read_pidfile(pidfile)[0]
     subprocess.run(["kill", "-9", str(second)], check=True)
-    wait_for(lambda: logged.describe(pidfile).startswith("restarting"), 5, "the backoff")
-    assert logged.is_up(pidfile) and not logged.is_running(pidfile)
-    assert logged.stop(pidfile, grace_s=10) == "stopped"
+    wait_for(lambda: processes.describe(pidfile).startswith("restarting"), 5, "the backoff")
+    assert processes.is_up(pidfile) and not processes.is_running(pidfile)
+    assert processes.stop(pidfile, grace_s=10) == "stopped"
     assert proc.wait(timeout=10) != 86
     time.sleep(2.5)  # past the backoff: nothing may have been started again
-    assert not logged.is_up(pidfile) and logged.read_pidfile(pidfile)[0] == second
-    assert logged.describe(pidfile).startswith("stopped")
+    assert not processes.is_up(pidfile) and processes.read_pidfile(pidfile)[0] == second
+    assert processes.describe(pidfile).startswith("stopped")
 
 
 def test_a_learner_group_that_finishes_is_not_started_again(tmp_path):
     proc = supervise(tmp_path, "exit 0", "--restart=on-failure", "--restart_limit=3")
     assert proc.wait(timeout=10) == 0
     assert "restart" not in (tmp_path / "p.log").read_text()
-    assert logged.describe(tmp_path / "p.pid") == "finished (status 0)"
+    assert processes.describe(tmp_path / "p.pid") == "finished (status 0)"
 
 
-def test_a_new_supervisor_of_the_same_process_ends_the_one_left_behind(tmp_path):
+def test_a_new_supervisor_of_the_same_process_ends_the_one_left_behind(tmp_path, pidfile):
     """An ssh session cut off and started again: the supervisor it left on the host is
     ended first, so the process never runs twice."""
     old = supervise(tmp_path, "sleep 1000", "--restart=always")
-    pidfile = tmp_path / "p.pid"
-    wait_for(lambda: logged.is_running(pidfile), 10, "the first process")
-    first = logged.read_pidfile(pidfile)[0]
+    wait_for(lambda: processes.is_running(pidfile), 10, "the first process")
+    first = processes.read_pidfile(pidfile)[0]
     new = supervise(tmp_path, "sleep 1000", "--restart=always")
-    try:
-        assert old.wait(timeout=30) is not None
-        wait_for(lambda: logged.is_running(pidfile) and logged.read_pidfile(pidfile)[0] != first,
-                 10, "the new process")
-        assert subprocess.run(["kill", "-0", str(first)], capture_output=True).returncode != 0
-    finally:
-        logged.stop(pidfile, grace_s=10)
-        new.wait(timeout=10)
+    assert old.wait(timeout=30) is not None
+    wait_for(lambda: processes.is_running(pidfile) and processes.read_pidfile(pidfile)[0] != first,
+             10, "the new process")
+    assert subprocess.run(["kill", "-0", str(first)], capture_output=True).returncode != 0
+    assert processes.stop(pidfile, grace_s=10) == "stopped"
+    new.wait(timeout=10)
