@@ -197,7 +197,10 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
     (run.results / "episodes").mkdir(parents=True, exist_ok=True)
     episodes.to_csv(run.results / "episodes" / f"{run.run_id}.csv", index=False)
     record = read_record(run)
-    note = f"benchmark suite, ALE v5 protocol; {record['resumes']} resumes"
+    logs = pd.read_csv(run.run_dir / "logs.csv")
+    speed = logs["frames"].iloc[-1] / logs["interval_s"].sum()  # the time it trained
+    note = (f"benchmark suite, ALE v5 protocol; {speed:,.0f} frames/s; "
+            f"{record['resumes']} resumes")
     if record["resumes_without_replay"]:
         note += f", {record['resumes_without_replay']} of them with an empty replay"
     flags = " ".join([f"--total_environment_frames={run.frames}", *extra])

@@ -52,6 +52,7 @@ def test_the_suite_stops_resumes_on_a_new_machine_records_and_skips(tmp_path):
     assert list(runs["level"]) == ["ALE/Pong-v5", "ALE/Breakout-v5"]
     assert list(runs["resumes"]) == [1, 0] and set(runs["preset"]) == {"atari"}
     assert "1 of them with an empty replay" in runs["note"].iloc[0]
+    assert "frames/s" in runs["note"].iloc[1]
     for run_id in runs["id"]:
         episodes = pd.read_csv(tmp_path / "results" / "episodes" / f"{run_id}.csv")
         assert episodes["frames"].is_monotonic_increasing and len(episodes) > 0
