@@ -46,3 +46,20 @@ def test_the_status_line_reads_a_row_and_shows_what_is_missing_as_n_a():
                     "(12 eps) | lag 4.1 | loss 3.21")
     row["mean_episode_return"] = None
     assert "return n/a (12 eps)" in logs.status_line(row, 10_000_000, 0.0, 0.0)
+
+
+def test_a_restarted_learner_removes_the_rows_written_after_its_checkpoint(tmp_path):
+    """Rows past the checkpoint's frames go (they are trained again), so each file stays one
+    series; a file without a frames column, or with nothing past it, is left as it is."""
+    for name in ("logs.csv", "episodes-0.csv", "learner-0.csv"):
+        (tmp_path / name).write_text("time,frames,x\n1,100,a\n2,200,b\n3,300,c\n4,400,d\n")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    learner_logs = logs.LearnerLogs(tmp_path, rank=0, resume_frames=200)
+    learner_logs.run_row({"time": 5, "frames": 250, "sps": 1.0})
+    learner_logs.close()
+    frames = pd.read_csv(tmp_path / "logs.csv")["frames"].tolist()
+    assert frames == [100, 200, 250]
+    assert pd.read_csv(tmp_path / "episodes-0.csv")["frames"].tolist() == [100, 200]
+    assert logs.drop_rows_after(tmp_path / "other.csv", 0) == 0
+    assert logs.drop_rows_after(tmp_path / "learner-0.csv", 1000) == 0
+    assert logs.drop_rows_after(tmp_path / "missing.csv", 0) == 0
