@@ -137,12 +137,13 @@ class Supervisor:
 
     def end_run(self) -> None:
         """The learners ended by themselves: stop the rest of the run (its actors, its tmux
-        session), so a detached run ends whole."""
-        self.proc = subprocess.Popen(
+        session), so a detached run ends whole. A stop that comes meanwhile (a frontend
+        in the foreground ending the same run) does not cut it short."""
+        ending = subprocess.Popen(
             [sys.executable, "-m", "impala.launcher.control", "--end_actors",
              str(self.end_run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
-        output, _ = self.proc.communicate()
+        output, _ = ending.communicate()
         self.write(output)
 
     def tell_peer(self, reason: str) -> None:
