@@ -108,26 +108,33 @@ def assert_resumed_to_the_budget(tmp_path, budget: int) -> None:
     wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "no process of the run left")
 
 
-def test_a_requeued_job_stops_with_its_checkpoint_and_resumes_by_itself(cluster, tmp_path):
-    """`scontrol requeue` mid-run (what a preemption or a failed node does): the run stops
-    with its checkpoint, the job comes back by itself and trains on from the checkpoint to
-    its budget."""
-    budget = 150_000
-    submitted = sbatch(cluster, tmp_path, "impala-test-slurm-requeue", budget, wait=False)
+def interrupted_job(cluster: SlurmCluster, tmp_path, session: str, budget: int,
+                    interrupt: list[str]) -> tuple[str, str]:
+    """Submit the example script, run `interrupt` + the job id once it trains, and wait for
+    the job to leave the queue by itself; (job id, the job's output)."""
+    submitted = sbatch(cluster, tmp_path, session, budget, wait=False)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
     try:
         wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 30_000, 180,
                  "training under Slurm")
-        subprocess.run(["scontrol", "requeue", job], env=cluster.env, check=True, timeout=30)
+        subprocess.run([*interrupt, job], env=cluster.env, check=True, timeout=30)
         wait_for(lambda: not jobs_in_queue(cluster), 600, "the requeued job to finish")
     finally:
         subprocess.run(["scancel", job], env=cluster.env, timeout=30)
-    output = (tmp_path / "job.out").read_text()
+    return job, (tmp_path / "job.out").read_text()
+
+
+def test_a_requeued_job_stops_with_its_checkpoint_and_resumes_by_itself(cluster, tmp_path):
+    """`scontrol requeue` mid-run (what a preemption or a failed node does): the run stops
+    with its checkpoint, the job comes back by itself and trains on from the checkpoint to
+    its budget."""
+    job, output = interrupted_job(cluster, tmp_path, "impala-test-slurm-requeue", 150_000,
+                                  ["scontrol", "requeue"])
     assert f"job {job}, start 2" in output, output[-3000:]
     assert "learners ended (finished (status 0)" in output, output[-3000:]
-    assert_resumed_to_the_budget(tmp_path, budget)
+    assert_resumed_to_the_budget(tmp_path, 150_000)
 
 
 def test_the_warning_before_the_time_limit_checkpoints_requeues_and_resumes(cluster, tmp_path):
@@ -135,25 +142,14 @@ def test_the_warning_before_the_time_limit_checkpoints_requeues_and_resumes(clus
     mid-run the way Slurm sends it (to the batch shell only), it stops the run with its
     checkpoint; the job requeues itself, comes back and finishes the run. (Slurm's own
     timer sends it up to a minute early, which a test cannot place mid-run.)"""
-    assert "#SBATCH --requeue" in (ROOT / "sandbox" / "slurm.sbatch").read_text()
-    assert "#SBATCH --signal=B:USR1@120" in (ROOT / "sandbox" / "slurm.sbatch").read_text()
-    budget = 150_000
-    submitted = sbatch(cluster, tmp_path, "impala-test-slurm-limit", budget, wait=False)
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
-    try:
-        wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 30_000, 180,
-                 "training under Slurm")
-        subprocess.run(["scancel", "--batch", "--signal=USR1", job], env=cluster.env,
-                       check=True, timeout=30)
-        wait_for(lambda: not jobs_in_queue(cluster), 600, "the requeued job to finish")
-    finally:
-        subprocess.run(["scancel", job], env=cluster.env, timeout=30)
-    output = (tmp_path / "job.out").read_text()
+    script = (ROOT / "sandbox" / "slurm.sbatch").read_text()
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script
+    job, output = interrupted_job(cluster, tmp_path, "impala-test-slurm-limit", 150_000,
+                                  ["scancel", "--batch", "--signal=USR1"])
     first_start = output.split(f"job {job}, start 2")[0]
     assert "stopped before the time limit with a checkpoint; requeued" in first_start, \
         output[-3000:]
+    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
     assert "checkpoint saved" in (run_dir / "learner-0.log").read_text()
     assert "learners ended (finished (status 0)" in output, output[-3000:]
-    assert_resumed_to_the_budget(tmp_path, budget)
+    assert_resumed_to_the_budget(tmp_path, 150_000)
