@@ -19,7 +19,6 @@ from impala.supervision import ACTOR_RESTART_LIMIT, ACTOR_RESTART_WINDOW_S, Rest
 log = logging.getLogger("local")
 
 
-
 def actor_command(cfg: Config, task: int) -> list[str]:
     """The command line of actor `task`, carrying every non-default flag of this run."""
     argv = to_argv(cfg, job_name="actor", task=task)

@@ -60,10 +60,10 @@ GROUPS = {
 # page -> its title; one page per algorithm keeps each under the docs' page limit
 PAGES = {"impala": "IMPALA with LASER on Pong", "apex": "Ape-X on Pong",
          "r2d2": "R2D2 on Pong"}
-# the frame budget each group's runs are held to: IMPALA's 5M (LASER's anchor), Ape-X's
-# 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
 # the benchmark suite's runs: many games, scored at fixed frames on their own page
 SUITE_GROUP = "suite"
+# the frame budget each group's runs are held to: IMPALA's 5M (LASER's anchor), Ape-X's
+# 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
 BUDGETS = {"apex-preset": 12_000_000, "apex": 12_000_000, "apex-h100-tf32": 12_000_000,
            "r2d2-preset": 16_000_000, "r2d2": 16_000_000, "r2d2-h100": 16_000_000,
            "r2d2-speed": 16_000_000,

@@ -8,6 +8,7 @@ for the runs of the `suite` group.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -21,12 +22,15 @@ AGENTS = ("DQN", "Rainbow", "IQN")
 PAGE = HERE / "suite.md"
 
 
+@functools.cache
 def game_table() -> pd.DataFrame:
-    """Random and human scores and Atari-5 weights, indexed by game."""
+    """Random and human scores and Atari-5 weights, indexed by game (read once)."""
     return pd.read_csv(BASELINES / "atari.csv").set_index("game")
 
 
+@functools.cache
 def dopamine() -> pd.DataFrame:
+    """Dopamine's per-iteration curves (read once)."""
     return pd.read_csv(BASELINES / "dopamine.csv")
 
 
