@@ -108,9 +108,10 @@ class Supervisor:
         while True:
             self.write_state(state="running")
             code = self.run_once(self.command)
-            if self.stopping.is_set() or self.policy is None:
-                self.write_state(state="stopped" if self.stopping.is_set() else "finished",
-                                 status=code)
+            if self.stopping.is_set():
+                return self.stopped(code)
+            if self.policy is None:
+                self.write_state(state="finished", status=code)
                 return code
             decision = self.policy.after_exit(code, time.time())
             if not decision.restart:
@@ -121,8 +122,14 @@ class Supervisor:
             self.write_state(state="restarting", status=code, restarts=self.policy.restarts)
             self.say(f"restart {self.policy.restarts} in {decision.delay_s:g} s")
             if self.stopping.wait(decision.delay_s):
-                self.write_state(state="stopped")
-                return code
+                return self.stopped(code)
+
+    def stopped(self, code: int) -> int:
+        """A stop that was asked for is a clean end, whatever the process's status: exit 0,
+        so a supervisor above this one (the local end of an ssh session, which restarts on
+        failure) starts nothing again when a remote stop came first."""
+        self.write_state(state="stopped", status=code)
+        return 0
 
     def leave(self, code: int, reason: str) -> int:
         """Done for good: finished (status 0 where that ends it), or left down."""
@@ -236,10 +243,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pidfile and a command after -- are needed")
     return run(args.pidfile, args.log, command, policy_of(args), args.report_down,
                args.end_run)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -86,3 +86,24 @@ def test_a_new_supervisor_of_the_same_process_ends_the_one_left_behind(tmp_path,
     assert subprocess.run(["kill", "-0", str(first)], capture_output=True).returncode != 0
     assert processes.stop(pidfile, grace_s=10) == "stopped"
     new.wait(timeout=10)
+
+
+def test_a_stopped_supervisor_ends_cleanly_so_the_one_above_it_starts_nothing(tmp_path,
+                                                                              pidfile):
+    """The ssh layout: a supervisor that restarts on failure (the local end) runs one that
+    always restarts (the remote end). A stop that reaches the inner one first ends both:
+    the inner exits 0, whatever its process's status, so the outer does not restart it."""
+    inner = [sys.executable, "-m", "impala.launcher.logged", "--pidfile", str(pidfile),
+             "--restart=always", "--", "sleep", "1000"]
+    outer = subprocess.Popen(
+        [sys.executable, "-m", "impala.launcher.logged", "--pidfile",
+         str(tmp_path / "outer.pid"), "--log", str(tmp_path / "outer.log"),
+         "--restart=on-failure", "--", *inner],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_for(lambda: processes.is_running(pidfile), 10, "the inner process")
+    assert processes.stop(pidfile, grace_s=10) == "stopped"
+    assert outer.wait(timeout=15) == 0
+    log = (tmp_path / "outer.log").read_text()
+    assert "exited with status -15" in log and "exited with status 0" in log
+    assert "restart" not in log
+    assert processes.describe(tmp_path / "outer.pid") == "finished (status 0)"
