@@ -1,37 +1,44 @@
-"""Is a Pong checkpoint's conv torso alive? (docs/notes/pong-init-and-step-size.md)
+"""Is an Atari checkpoint's conv torso alive? (docs/notes/pong-init-and-step-size.md)
 
     .venv/bin/python sandbox/torso_check.py runs/pong_curve/pong_D/checkpoint.pt [...]
 
-Plays 400 random Pong steps and feeds every second stacked screen through each checkpoint's
-SimpleConvNetAgent torso. Prints, per ReLU layer, the share of units (channels for the convs)
-that are never positive on any of those screens, and the torso's feature variation: the std
-over screens of each of the 512 features, averaged. A live run's logs.csv has the same two
-measures per update (`dead_features`, `feature_std`); this reads old checkpoints too.
+Plays 400 random steps of the checkpoint's own game and feeds every second stacked screen
+through its torso (SimpleConvNetAgent). Prints, per ReLU layer, the share of units (channels
+for the convs) that are never positive on any of those screens, and the torso's feature
+variation: the std over screens of each of the 512 features, averaged. A live run's
+logs.csv has the same two measures per update (`dead_features`, `feature_std`); this reads
+old checkpoints too.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import torch
 from torch import nn
 
-from impala.envs import random_play_observations
-from impala.nets import create_agent
+from impala.envs import EnvConfig, describe_env, random_play_observations
+from impala.nets import build_agent
+from impala.registry import algorithm_class
 
 
-def pong_screens(steps: int = 400) -> torch.Tensor:
+def screens_of(level_name: str, steps: int = 400) -> torch.Tensor:
     """[steps / 2, 4, 84, 84] float screens in [0, 1] from random play (every second one)."""
-    observations = random_play_observations("PongNoFrameskip-v4", steps, seed=7)[::2]
+    observations = random_play_observations(level_name, steps, seed=7)[::2]
     return torch.from_numpy(observations).float() / 255.0
 
 
 @torch.no_grad()
-def torso_report(path: str, screens: torch.Tensor) -> str:
+def torso_report(path: str, steps: int = 400) -> str:
     state = torch.load(path, map_location="cpu", weights_only=True)
-    agent = create_agent(state["flags"]["agent_name"], tuple(screens.shape[1:]), 6)
+    flags = state["flags"]
+    level_name = flags.get("level_name", "PongNoFrameskip-v4")
+    algorithm = algorithm_class(flags.get("algorithm", "impala"))
+    agent = build_agent(flags["agent_name"], describe_env(EnvConfig(level_name)), algorithm)
+    if not hasattr(agent, "convs"):
+        return f"{path}: {flags['agent_name']} has no conv torso to check"
     agent.load_state_dict(state["model"])
-    dead, x = [], screens
+    dead, x = [], screens_of(level_name, steps)
     for layer in [*agent.convs, *agent.fc]:
         x = layer(x)
         if isinstance(layer, nn.ReLU):
@@ -42,8 +49,15 @@ def torso_report(path: str, screens: torch.Tensor) -> str:
             f"fc): {', '.join(dead)}; feature variation {x.std(0).mean().item():.4f}")
 
 
-if __name__ == "__main__":
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoints", nargs="+", help="checkpoint.pt files of Atari runs")
+    parser.add_argument("--steps", type=int, default=400, help="random steps played")
+    args = parser.parse_args()
     torch.set_num_threads(1)
-    screens = pong_screens()
-    for checkpoint_path in sys.argv[1:]:
-        print(torso_report(checkpoint_path, screens))
+    for path in args.checkpoints:
+        print(torso_report(path, args.steps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Every script in sandbox/ runs, on a tiny input. (slurm.sbatch runs in tests/e2e/test_slurm.py
+and local_workers_example.csv in tests/e2e/test_frontend.py.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from impala import checkpoint
+from impala.algorithm import Algorithm
+from impala.assembly import assemble
+from impala.envs import describe_env
+from impala.flags import parse_config
+from impala.nets import build_agent
+from impala.registry import algorithm_class
+from tests.helpers import ROOT
+
+PONG = "PongNoFrameskip-v4"
+
+
+def test_torso_check_reports_each_relu_layer_of_a_checkpoint(tmp_path):
+    env = describe_env(parse_config([f"--level_name={PONG}"]).env_config)
+    model = build_agent("SimpleConvNetAgent", env, algorithm_class("impala"))
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, model, None, {"frames": 1234},
+                    {"level_name": PONG, "agent_name": "SimpleConvNetAgent",
+                     "algorithm": "impala"})
+    out = subprocess.run([sys.executable, "sandbox/torso_check.py", str(path), "--steps", "20"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert re.search(r"1234 frames; never-active share per ReLU layer \(conv1, conv2, conv3, "
+                     r"fc\): [0-9.]+, [0-9.]+, [0-9.]+, [0-9.]+; feature variation [0-9.]+",
+                     out.stdout), out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("variant", ["R2D2Frames", "R2D2ApexTargets"])
+def test_each_r2d2_variant_builds_with_its_preset_and_acts(variant):
+    cfg = parse_config([f"--algorithm=sandbox.r2d2_variants:{variant}", f"--level_name={PONG}",
+                        "--preset=auto"])
+    # its recorded preset, not today's
+    assert cfg.batch_size == 2 and cfg.algorithm_flags.n_step == 5
+    parts = assemble(cfg, describe_env(cfg.env_config), training=False)
+    assert isinstance(parts.algorithm, Algorithm) and not parts.model.action_reward_inputs
+    observation = torch.zeros(1, 1, *parts.layout.observation_shape, dtype=torch.uint8)
+    zeros = torch.zeros(1, 1, dtype=torch.long)
+    with torch.no_grad():  # as an actor acts
+        output, _ = parts.model(observation, zeros, zeros.float(), zeros.bool(),
+                                parts.model.initial_state(1))
+    actions, recorded = parts.algorithm.exploration(0, 1, 1).act(output.heads)
+    assert actions.shape == (1,) and recorded.shape == (1, 6)
