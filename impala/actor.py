@@ -20,8 +20,9 @@ from impala.assembly import assemble
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.devices import resolve_device
+from impala.environment_loop import EnvironmentLoop, EnvStep, agent_step
 from impala.envs import create_env, env_info
-from impala.nets import Agent, AgentOutput
+from impala.nets import Agent, CoreState
 from impala.process import (
     DOWN_REASON_VARIABLE,
     PARENT_PID_VARIABLE,
@@ -29,7 +30,7 @@ from impala.process import (
     name_os_thread,
 )
 from impala.transport import ActorSocket, WireError, decode, encode
-from impala.unroll import EnvStep, UnrollWriter
+from impala.unroll import UnrollWriter
 from impala.weights import weights_schema
 
 log = logging.getLogger("actor")
@@ -154,8 +155,9 @@ class Actor:
         torch.set_num_threads(1)
         config = cfg.env_config
         base_seed = cfg.seed * 10_007 + cfg.task * 101
-        self.envs = [create_env(config, seed=base_seed + i) for i in range(cfg.num_envs)]
-        info = env_info(self.envs[0], config)
+        self.envs = EnvironmentLoop([create_env(config, seed=base_seed + i)
+                                     for i in range(cfg.num_envs)])
+        info = env_info(self.envs.envs[0], config)
         torch.manual_seed(base_seed)
         # The batched forward pass runs on --actor_device; everything around it stays on
         # the CPU (environments, the unroll, the wire).
@@ -175,50 +177,16 @@ class Actor:
         self.weights = WeightsClient(self.sock, self.model, self.max_bytes, self.name)
         self.writer = UnrollWriter(self.layout, cfg.num_envs)
         self.unrolls_sent = 0
-        self.finished: list[list[tuple[float, int]]] = [[] for _ in self.envs]
 
-    # ------------------------------------------------------------------ environments
-    def _reset_all(self) -> EnvStep:
-        n = len(self.envs)
-        observations = np.stack([env.reset()[0] for env in self.envs])
-        return EnvStep(observations, np.zeros(n, np.float32), np.ones(n, bool),
-                       np.zeros(n, np.int64), np.ones(n, bool))
-
-    def _step_all(self, actions: np.ndarray) -> EnvStep:
-        n = len(self.envs)
-        observations = []
-        rewards, dones, resets = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
-        for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(int(actions[i]))
-            rewards[i] = reward
-            if terminated or truncated:
-                episode = info["episode"]
-                self.finished[i].append((float(episode["r"]), int(episode["l"])))
-                obs, _ = env.reset()
-                dones[i] = resets[i] = True
-            elif info.get("life_lost", False):
-                dones[i] = True  # an episode end for the learner; the game goes on
-            observations.append(obs)
-        return EnvStep(np.stack(observations), rewards, dones, actions.astype(np.int64), resets)
-
-    def _act_and_record(self, t: int, step: EnvStep, core: tuple[torch.Tensor, ...]
-                        ) -> tuple[np.ndarray, tuple[torch.Tensor, ...]]:
+    def _act_and_record(self, t: int, step: EnvStep, core: CoreState
+                        ) -> tuple[np.ndarray, CoreState]:
         """Choose every env's action on `step` (step t of the unroll) and record both;
         returns the actions [N] and the agent's new core state."""
-        output, core = self._act(step, core)
+        output, core = agent_step(self.model, step, core, self.device)
         actions, recorded = self.exploration.act({name: head.cpu()
                                                   for name, head in output.heads.items()})
         self.writer.record(t, step, actions, recorded)
         return actions, core
-
-    @torch.no_grad()
-    def _act(self, step: EnvStep, core: tuple[torch.Tensor, ...]
-             ) -> tuple[AgentOutput, tuple[torch.Tensor, ...]]:
-        """One batched forward pass for all envs: inputs [1, N, ...], on the actor's device
-        (the core state stays there between steps)."""
-        inputs = (step.observation, step.last_action, step.reward, step.done)
-        return self.model(*(torch.from_numpy(x).unsqueeze(0).to(self.device) for x in inputs),
-                          core)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -229,7 +197,7 @@ class Actor:
         if not self._wait_for_first_weights():
             return
         steps, overlap = self.cfg.unroll_length + 1, self.layout.overlap
-        step = self._reset_all()
+        step = self.envs.reset()
         core = tuple(t.to(self.device) for t in self.model.initial_state(len(self.envs)))
         cores = [core] * steps  # the core state before each step of the unroll
         actions, core = self._act_and_record(0, step, core)
@@ -239,7 +207,7 @@ class Actor:
             version = self.weights.version  # the policy that acts in this unroll
             self.exploration.at_frames(self.weights.run_frames)
             for t in range(start, steps):
-                step = self._step_all(actions)
+                step = self.envs.step(actions)
                 cores[t] = core
                 actions, core = self._act_and_record(t, step, core)
             self.writer.record_core(cores[0])
@@ -277,7 +245,7 @@ class Actor:
         if self.weights.take_restart_request():
             log.info("%s: the learner asked to restart the frame streams", self.name)
             self.writer.restart_streams()
-        messages = self.writer.messages(self.name, version, self.finished, priorities,
+        messages = self.writer.messages(self.name, version, self.envs.finished, priorities,
                                         self.exploration.episode_tags())
         for i, frames in enumerate(messages):
             waited = 0
@@ -288,15 +256,14 @@ class Actor:
                 if waited in (5, 30) or waited % 120 == 0:
                     log.warning("%s: learner %s is not taking unrolls (%d s); retrying",
                                 self.name, self.cfg.learner_host, waited)
-            self.finished[i] = []
+            self.envs.finished[i] = []
             self.unrolls_sent += 1
         self.writer.sent()
         return True
 
     def close(self) -> None:
         self.sock.close()
-        for env in self.envs:
-            env.close()
+        self.envs.close()
 
 
 def run_actor(cfg: Config, stop: threading.Event) -> None:

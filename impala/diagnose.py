@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from impala.algorithm import Algorithm
 from impala.config import Config
+from impala.environment_loop import EnvironmentLoop, agent_step
 from impala.envs import create_env
 from impala.evaluate import play_agent
 from impala.flags import parse_config
@@ -68,33 +69,23 @@ def load_agent(cfg: Config, trained: bool) -> tuple[Agent, Algorithm, int]:
 @torch.no_grad()
 def play(model: Agent, algorithm: Algorithm, cfg: Config, envs: int, steps: int,
          epsilon: float) -> Steps:
-    """`steps` steps of `envs` fresh environments, epsilon-greedy in the evaluation action
-    (a little randomness, so that a policy stuck on one action still sees the game move)."""
-    games = [create_env(cfg.env_config) for _ in range(envs)]
-    observations = [np.asarray(game.reset(seed=cfg.seed + i)[0]) for i, game in enumerate(games)]
+    """`steps` steps of `envs` fresh environments through the environment loop,
+    epsilon-greedy in the evaluation action (a little randomness, so that a policy stuck on
+    one action still sees the game move)."""
+    loop = EnvironmentLoop([create_env(cfg.env_config) for _ in range(envs)])
+    step = loop.reset([cfg.seed + i for i in range(envs)])
     core = model.initial_state(envs)
-    last_action = torch.zeros(1, envs, dtype=torch.long)
-    reward = torch.zeros(1, envs)
-    done = torch.ones(1, envs, dtype=torch.bool)
     seen = []
     for _ in range(steps):
-        frames = torch.from_numpy(np.stack(observations))[None]
-        seen.append((frames, last_action, reward, done))
-        output, core = model(frames, last_action, reward, done, core)
-        action = algorithm.evaluation_action(output.heads)
-        explore = torch.rand(1, envs) < epsilon
+        seen.append(step)
+        output, core = agent_step(model, step, core)
+        action = algorithm.evaluation_action(output.heads)[0]  # [B]
+        explore = torch.rand(envs) < epsilon
         action = torch.where(explore, torch.randint_like(action, model.num_actions), action)
-        reward, done = torch.zeros(1, envs), torch.zeros(1, envs, dtype=torch.bool)
-        for i, game in enumerate(games):
-            observation, reward[0, i], terminated, truncated, _ = game.step(int(action[0, i]))
-            if terminated or truncated:
-                observation, _ = game.reset()
-                done[0, i] = True
-            observations[i] = np.asarray(observation)
-        last_action = action
-    for game in games:
-        game.close()
-    return Steps(*(torch.cat(parts) for parts in zip(*seen, strict=True)))
+        step = loop.step(action.numpy())
+    loop.close()
+    return Steps(*(torch.from_numpy(np.stack([getattr(s, name) for s in seen]))
+                   for name in ("observation", "last_action", "reward", "done")))
 
 
 @contextmanager

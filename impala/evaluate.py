@@ -6,12 +6,12 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from impala import checkpoint
 from impala.algorithm import Algorithm
 from impala.assembly import AgentParts, assemble
 from impala.config import Config
+from impala.environment_loop import EnvironmentLoop, agent_step
 from impala.envs import create_env, env_info
 from impala.nets import Agent
 
@@ -47,37 +47,23 @@ def load_policy(cfg: Config) -> tuple[AgentParts, Path]:
 PARALLEL_EPISODES = 25
 
 
-@torch.no_grad()
 def play_episodes(model: Agent, algorithm: Algorithm, envs: list, seeds: list[int],
                   on_step=None) -> list[tuple[float, int]]:
-    """Play one whole game (all lives) in each of `envs` (reset with its seed), side by side,
-    with the algorithm's evaluation action; returns each game's raw return and length in
-    agent steps, in order. A finished game's row keeps being computed (and ignored) until
-    the last one ends, so the core state keeps its [.., B, ..] shape."""
-    observations = [np.asarray(env.reset(seed=seed)[0])
-                    for env, seed in zip(envs, seeds, strict=True)]
-    batch = len(envs)
-    core = model.initial_state(batch)
-    last_actions = torch.zeros(1, batch, dtype=torch.long)
-    rewards = torch.zeros(1, batch)
-    done = torch.ones(1, batch, dtype=torch.bool)  # a new episode: the core starts afresh
-    results: list[tuple[float, int] | None] = [None] * batch
-    while any(result is None for result in results):
-        output, core = model(torch.from_numpy(np.stack(observations))[None], last_actions,
-                             rewards, done, core)
-        actions = algorithm.evaluation_action(output.heads)  # [1, B]
-        done = torch.zeros(1, batch, dtype=torch.bool)
-        for i, env in enumerate(envs):
-            if results[i] is not None:
-                continue
-            obs, reward, terminated, truncated, info = env.step(int(actions[0, i]))
-            observations[i] = np.asarray(obs)
-            rewards[0, i], last_actions[0, i] = reward, actions[0, i]
-            if on_step is not None:
-                on_step(env)
-            if terminated or truncated:
-                results[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
-    return results
+    """Play one whole game (all lives) in each of `envs` (reset with its seed), side by side
+    through the environment loop (lost lives as training sees them), with the algorithm's
+    evaluation action; returns each game's raw return and length in agent steps, in order.
+    A finished game's environment stands still while the others play, and its row keeps
+    being computed (and ignored), so the core state keeps its [.., B, ..] shape."""
+    loop = EnvironmentLoop(envs)
+    step = loop.reset(seeds)
+    core = model.initial_state(len(envs))
+    playing = np.ones(len(envs), bool)
+    while playing.any():
+        output, core = agent_step(model, step, core)
+        actions = algorithm.evaluation_action(output.heads)[0].numpy()  # [B]
+        step = loop.step(actions, step, playing, on_step)
+        playing = np.array([not finished for finished in loop.finished])
+    return [finished[0] for finished in loop.finished]
 
 
 def test(cfg: Config) -> tuple[float, float]:

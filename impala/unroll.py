@@ -33,6 +33,7 @@ from impala.framestack import rebuild_stacks, stack_indices
 from impala.transport import FieldSpec, encode
 
 if TYPE_CHECKING:  # annotations only: the layout needs neither gymnasium nor the nets
+    from impala.environment_loop import EnvStep
     from impala.envs import EnvInfo
     from impala.nets import Agent
 
@@ -168,17 +169,6 @@ class RecordedSteps:
     done: np.ndarray  # [T+1, N] bool
     action: np.ndarray  # [T+1, N] int64
     recorded: np.ndarray  # [T+1, N, A] float32: what the algorithm recorded
-
-
-@dataclass
-class EnvStep:
-    """The current environment output for all N envs, each with a leading [N]."""
-
-    observation: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray  # an episode end for the learner (a lost life counts)
-    last_action: np.ndarray
-    episode_start: np.ndarray  # the environment was reset (its frame stack restarted)
 
 
 class UnrollWriter:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from impala.algorithms.apex import ApeX
+from impala.environment_loop import EnvStep
 from impala.envs import EnvConfig, create_env
 from impala.rollout import Batch
 from impala.transport import decode
@@ -16,7 +17,6 @@ from impala.unroll import (
     ACTION,
     DONE,
     OBSERVATION,
-    EnvStep,
     UnrollLayout,
     UnrollWriter,
 )

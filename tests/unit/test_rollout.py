@@ -5,9 +5,10 @@ import threading
 import numpy as np
 
 from impala.algorithms.impala import Impala
+from impala.environment_loop import EnvStep
 from impala.rollout import BatchQueue
-from impala.transport import Message, WireError
-from impala.unroll import UnrollLayout
+from impala.transport import Message, WireError, decode
+from impala.unroll import UnrollLayout, UnrollWriter
 from impala.unroll_reader import EpisodeStats, Unroll, UnrollReader, parse_unroll_meta
 
 LAYOUT = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
@@ -115,9 +116,6 @@ def test_an_algorithms_episode_tags_ride_with_its_episodes_from_writer_to_reader
     """Shared code carries an algorithm's per-environment tags (Ape-X's epsilon) by name:
     the writer puts each environment's values in its unroll, the reader hands them on with
     every episode that unroll finished."""
-    from impala.transport import decode
-    from impala.unroll import EnvStep, UnrollWriter
-
     layout = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
                           num_actions=2, core_shapes=(), recorded=Impala.recorded,
                           episode_tags=("rate",))
