@@ -17,7 +17,8 @@ import time
 import common  # noqa: F401 - puts the project on sys.path
 import torch
 
-from impala.algorithms.impala import Impala, SampleFromPolicy
+from impala.algorithms.impala import Impala
+from impala.algorithms.impala.behaviour import SampleFromPolicy
 from impala.config import Config
 from impala.devices import resolve_device
 from impala.nets import create_agent

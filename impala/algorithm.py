@@ -1,26 +1,31 @@
-"""What an algorithm is to the shared runtime: the interface each algorithm module implements,
-and the small records it declares itself with.
+"""What an algorithm is to the shared runtime: the interface each algorithm implements, the
+small records it declares itself with, and the names of the batch fields its loss reads.
 
-An algorithm is one module, `impala/algorithms/<name>.py` (found by the registry, so adding
-the file is all it takes) or any module named by `--algorithm=package.module:Class`. It
-defines one `Algorithm` subclass that declares, in one place:
-- `name`, and `flags_class`: a frozen dataclass of its own flags, each made with `flag`;
-- `presets`: its defaults per environment family, each with a one-line rule and its record
-  (the rows of results/runs.csv or the tests behind it);
-- `heads`: the agent's output heads, under the algorithm's own names, and `recorded`, the
-  name of what the actor records beside each action (the unroll carries it);
-- `log_scalars`, `panels` and `status`: what logs.csv, curve.png and the status line show;
-- `episode_tags`: names of per-environment values its exploration reports (an exploration
-  rate, say), which travel with every finished episode and become columns of its log;
-and implements its behaviour:
-- `exploration()`: the actor-side object that picks actions from the heads;
-- `learning(model)`: the learner-side object that computes the loss of a batch;
-- `evaluation_action(heads)`: what `--mode=test` and `--mode=video` play.
+An algorithm is a package, `impala/algorithms/<name>/` (found by the registry, so adding the
+package is all it takes), or any class named by `--algorithm=package.module:Class`. It comes
+in two halves, so that processes that never train (`--help`, the frontend's `--stop`) read
+the first without loading torch:
+- **Its declaration**, an `Algorithm` subclass in the package's `__init__.py`, torch-free:
+  - `name`, and `flags_class`: a frozen dataclass of its own flags, each made with `flag`;
+  - `presets`: its defaults per environment family, each with a one-line rule and its
+    record (the rows of results/runs.csv or the tests behind it);
+  - `heads`: the agent's output heads, under the algorithm's own names, and `recorded`, the
+    name of what the actor records beside each action (the unroll carries it);
+  - `log_scalars`, `panels` and `status`: what logs.csv, curve.png and the status line show;
+  - `episode_tags`: names of per-environment values its exploration reports (an exploration
+    rate, say), which travel with every finished episode and become columns of its log;
+  - `problems(cfg)` and `overlap`: what is wrong with a run's flags, and the steps
+    consecutive unrolls share;
+  - `behaviour`: the import path of its `Behaviour` class.
+- **Its behaviour**, a `Behaviour` subclass in a module of its own with its tensor code:
+  - `exploration()`: the actor-side object that picks actions from the heads;
+  - `learning(model)`: the learner-side object that computes the loss of a batch;
+  - `evaluation_action(heads)`: what `--mode=test` and `--mode=video` play.
+  The registry loads it with the declaration where a process acts or learns
+  (`registry.build_algorithm`), and the algorithm's own calls reach it.
 
 The shared code (config, logs, curves, actor, learner, update) loops over these and names no
-algorithm. Declarations are read by processes that never train (`--help`, the frontend's
-`--stop`), so an algorithm module imports its tensor code inside the methods that act or
-learn, and this module imports no torch at all.
+algorithm. This module imports no torch at all.
 """
 
 from __future__ import annotations
@@ -36,6 +41,18 @@ if TYPE_CHECKING:  # annotations only
     from impala.config import Config
     from impala.nets import Agent
     from impala.unroll import RecordedSteps
+
+
+# The batch a loss reads (`Learning.loss`): [T+1, B, ...] tensors under these names and
+# under the algorithm's `recorded` name, and with replay also [B] tensors, the importance
+# weight of each column and whether it was replayed (1.0) or fresh (0.0).
+OBSERVATION = "observation"
+LAST_ACTION = "last_action"  # the action that led to each step (0 at an episode's start)
+REWARD = "reward"  # the reward that arrived with each step
+DONE = "done"  # an episode starts at this step (a lost life counts)
+ACTION = "action"  # the action taken on each step
+IMPORTANCE_WEIGHT = "importance_weight"
+REPLAYED = "replayed"
 
 
 def flag(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -133,8 +150,7 @@ class Learning:
 
     def loss(self, model: Agent, batch: dict[str, torch.Tensor],
              core_state: tuple[torch.Tensor, ...]) -> LossResult:
-        """`batch`: `[T+1, B, ...]` tensors as rollout.Batch holds them (with replay also
-        `importance_weight` and `replayed`, [B])."""
+        """`batch`: the fields named at the top of this module."""
         raise NotImplementedError
 
     def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
@@ -143,8 +159,8 @@ class Learning:
 
 
 class Algorithm:
-    """The interface; see the module docstring. One instance per process, made from the
-    run's Config by `registry.build_algorithm`."""
+    """The declaration; see the module docstring. One instance per process, made from the
+    run's Config by `registry.build_algorithm`, which also gives it its behaviour."""
 
     name: ClassVar[str] = ""
     is_default: ClassVar[bool] = False  # the one --algorithm means when it is not given
@@ -161,10 +177,12 @@ class Algorithm:
     # Checkpoints written before heads were named by algorithms held a `policy` and a
     # `baseline` head: which of this algorithm's heads each one is.
     old_head_names: ClassVar[Mapping[str, str]] = {}
+    behaviour: ClassVar[str] = ""  # "package.module:Class" of its Behaviour
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.flags = cfg.algorithm_flags
+        self.acting: Behaviour | None = None  # set by registry.build_algorithm
 
     @classmethod
     def problems(cls, cfg: Config) -> Iterator[str]:
@@ -179,11 +197,36 @@ class Algorithm:
     def exploration(self, first_env: int, count: int, total: int) -> Exploration:
         """The actor-side object for environments first..first+count-1 of the run's
         `total`."""
+        return self._behaviour().exploration(first_env, count, total)
+
+    def learning(self, model: Agent) -> Learning:
+        return self._behaviour().learning(model)
+
+    def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The action played by --mode=test/video: [T, B]."""
+        return self._behaviour().evaluation_action(heads)
+
+    def _behaviour(self) -> Behaviour:
+        if self.acting is None:
+            raise RuntimeError(f"algorithm {self.name!r} was made without its behaviour: "
+                               "make it with registry.build_algorithm")
+        return self.acting
+
+
+class Behaviour:
+    """How an algorithm acts and learns, with its declaration (`algorithm`: its flags,
+    `algorithm.cfg` the run's) at hand."""
+
+    def __init__(self, algorithm: Algorithm) -> None:
+        self.algorithm = algorithm
+        self.cfg = algorithm.cfg
+        self.flags = algorithm.flags
+
+    def exploration(self, first_env: int, count: int, total: int) -> Exploration:
         raise NotImplementedError
 
     def learning(self, model: Agent) -> Learning:
         raise NotImplementedError
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The action played by --mode=test/video: [T, B]."""
         raise NotImplementedError

@@ -23,15 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from impala.algorithm import IMPORTANCE_WEIGHT, REPLAYED
 from impala.replay import ReplayMemory, ReplaySample
 from impala.rollout import Batch
 from impala.schedules import ReplaySchedule
 from impala.unroll import UnrollLayout, write_batch_column
 
 log = logging.getLogger("learner")
-
-IMPORTANCE_WEIGHT = "importance_weight"  # [B] batch tensors the loss reads (losses.py)
-REPLAYED = "replayed"
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""Which algorithms exist, found rather than listed.
+"""Which algorithms exist, found rather than listed, and each one loaded in its two halves
+(impala/algorithm.py): its declaration wherever flags are read, its behaviour (torch code)
+only where a process acts or learns.
 
-- Every module of the `impala.algorithms` package that defines an `Algorithm` subclass with
-  a `name` of its own: adding an algorithm is adding its module.
+- Every package (or module) of `impala.algorithms` that defines an `Algorithm` subclass
+  with a `name` of its own: adding an algorithm is adding its package.
 - Any class named by an import path, `--algorithm=package.module:Class`: an algorithm kept
   outside this repository (its module must be importable by every process of the run).
 
@@ -16,7 +18,7 @@ import pkgutil
 from functools import cache
 from typing import TYPE_CHECKING
 
-from impala.algorithm import Algorithm, Preset
+from impala.algorithm import Algorithm, Behaviour, Preset
 
 if TYPE_CHECKING:
     from impala.config import Config
@@ -94,5 +96,19 @@ def builtin_presets() -> dict[str, Preset]:
 
 
 def build_algorithm(cfg: Config) -> Algorithm:
-    """The algorithm of a run, with its settings, in this process."""
-    return algorithm_class(cfg.algorithm)(cfg)
+    """The algorithm of a run, with its settings and its behaviour, in this process."""
+    cls = algorithm_class(cfg.algorithm)
+    algorithm = cls(cfg)
+    if cls.behaviour:
+        algorithm.acting = behaviour_class(cls.behaviour)(algorithm)
+    return algorithm
+
+
+@cache
+def behaviour_class(path: str) -> type[Behaviour]:
+    """The Behaviour class an algorithm's `behaviour` ("package.module:Class") names."""
+    module_name, _, class_name = path.partition(":")
+    value = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(value, type) and issubclass(value, Behaviour)):
+        raise ValueError(f"behaviour {path!r}: not an impala.algorithm.Behaviour subclass")
+    return value

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from impala.algorithm import ACTION, DONE, LAST_ACTION, OBSERVATION, REWARD
 from impala.framestack import rebuild_stacks, stack_indices
 from impala.transport import FieldSpec, encode
 
@@ -41,14 +42,9 @@ if TYPE_CHECKING:  # annotations only: the layout needs neither gymnasium nor th
 UNROLL = "unroll"
 UNROLL_CONTINUED = "unroll_continued"
 
-# Array fields.
-OBSERVATION = "observation"
+# Array fields: the batch's (impala/algorithm.py names them), and these.
 FRAMES = "frames"  # frame stacking: each frame once
 EPISODE_START = "episode_start"  # frame stacking: the environment was reset at this step
-REWARD = "reward"
-DONE = "done"
-LAST_ACTION = "last_action"
-ACTION = "action"
 CORE_PREFIX = "core_"
 
 # Fields that exist only in the stored and wire forms: the batch rebuilds `observation`.

@@ -24,7 +24,7 @@ EXPERIMENT = str(ROOT / "experiment.py")
 PRESETS = {name: dict(preset.values) for name, preset in builtin_presets().items()}
 
 # CartPole as a user runs it: the level and the agent; every other setting is the
-# classic preset's (impala/algorithms/impala.py).
+# classic preset's (impala/algorithms/impala/).
 CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_interval_s=2"]
 
 

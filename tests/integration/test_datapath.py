@@ -77,8 +77,8 @@ def test_batches_hold_exactly_what_the_actor_saw_and_did():
                  learner_host=f"127.0.0.1:{port}", seed=3)
     stop = threading.Event()
     actor = Actor(cfg, stop)
-    recorders = [Recorder(env) for env in actor.envs]
-    actor.envs = recorders
+    recorders = [Recorder(env) for env in actor.envs.envs]
+    actor.envs.envs = recorders
     weights = weights_arrays(actor.model)
     model = actor.model  # holds the published weights from the first answer on
     batches = BatchQueue(actor.layout, batch_size=batch_size, capacity=batches_wanted + 2)

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from impala.algorithms.impala import Impala, ImpalaLearning
+from impala.algorithms.impala import Impala
+from impala.algorithms.impala.behaviour import ImpalaLearning
+from impala.algorithms.impala.loss import ImpalaLossConfig
 from impala.config import Config
 from impala.distributed import SingleLearner
 from impala.learner import Learner
-from impala.losses import ImpalaLossConfig
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.receiver import ReceiverStopped

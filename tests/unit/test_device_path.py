@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from impala.algorithm import IMPORTANCE_WEIGHT, REPLAYED
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
 from impala.flags import parse_config
 from impala.framestack import rebuild_stacks, stacks_from_frames
-from impala.mixing import IMPORTANCE_WEIGHT, REPLAYED, UnrollReplay
+from impala.mixing import UnrollReplay
 from impala.nets import build_agent
 from impala.optim import RMSpropTF
 from impala.publisher import WeightPublisher

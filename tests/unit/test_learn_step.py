@@ -9,10 +9,11 @@ import sys
 import numpy as np
 import torch
 
-from impala.algorithms.impala import Impala, ImpalaLearning
+from impala.algorithms.impala import Impala
+from impala.algorithms.impala.behaviour import ImpalaLearning
+from impala.algorithms.impala.loss import ImpalaLossConfig
 from impala.distributed import SingleLearner, clip_and_norm
 from impala.learner import Control
-from impala.losses import ImpalaLossConfig
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
 from impala.step import TorsoWatch, learn_step, torso_health

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from impala import losses
+from impala.algorithms.impala import loss as losses
 
 
 def test_abs_one_clipping():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from impala import qlearning
+from impala.algorithms.value import qlearning
 from tests.references import slow_h, slow_targets
 
 

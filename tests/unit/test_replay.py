@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from impala import losses
 from impala.algorithms.impala import Impala
+from impala.algorithms.impala import loss as losses
 from impala.flags import parse_config
 from impala.mixing import UnrollReplay, replayed_count
 from impala.presets import NO_PRESET, config_from_flags, preset_defaults

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from impala.algorithm import IMPORTANCE_WEIGHT
 from impala.algorithms.apex import ApeX
-from impala.algorithms.value import QLossConfig, ValueLearning
-from impala.mixing import IMPORTANCE_WEIGHT
+from impala.algorithms.value import QLossConfig
+from impala.algorithms.value.behaviour import EpsilonGreedy, ValueLearning
+from impala.algorithms.value.qlearning import exploration_epsilons, trained_steps
 from impala.nets import create_agent
-from impala.qlearning import trained_steps
 from tests.references import slow_targets
 
 OBS, ACTIONS = 3, 4
@@ -185,8 +186,6 @@ def test_the_target_network_is_copied_when_the_frames_pass_each_period():
 def test_the_exploration_floor_anneals_from_one_to_each_environments_own_epsilon():
     """--exploration_frames: every environment explores at least with 1 - frames / F (DQN's
     linear anneal) until its own Ape-X epsilon is the larger, then with that alone."""
-    from impala.algorithms.value import EpsilonGreedy
-    from impala.qlearning import exploration_epsilons
 
     own = exploration_epsilons(0, 4, 4)  # 0.4 down to 0.4^8
     floored = EpsilonGreedy(own, APEX, (0, 8), 0, 4, exploration_frames=1000)

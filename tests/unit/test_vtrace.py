@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from impala import vtrace
+from impala.algorithms.impala import vtrace
 from impala.update import tensor_operations
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from impala import vtrace
+from impala.algorithms.impala import vtrace
 from impala.rewards import clip_rewards
 
 

@@ -16,14 +16,10 @@ identity for Ape-X). Nothing here builds a graph: targets are computed under no_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
+from impala.algorithms.value import QLossConfig
 from impala.rewards import clip_rewards
-
-if TYPE_CHECKING:  # a record of numbers; value.py imports this module, not the reverse
-    from impala.algorithms.value import QLossConfig
 
 RESCALE_EPSILON = 1e-3  # R2D2's epsilon in h(x)
 

@@ -1,0 +1,76 @@
+"""IMPALA (Espeholt et al. 2018): actors sample from the policy and record its logits; the
+learner trains with the V-trace actor-critic loss. With `--replay_ratio` > 0 each update also
+replays unrolls, with LASER's trust region on them (Schmitt et al. 2019).
+
+The package: this declaration (flags, presets, heads, columns); `behaviour.py`, how it acts
+and learns; `loss.py`, the loss terms; `vtrace.py`, the off-policy targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from impala.algorithm import Algorithm, Head, Panel, Preset, StatusItem, flag
+
+if TYPE_CHECKING:
+    from impala.config import Config
+
+
+POLICY, BASELINE = "policy_logits", "baseline"  # its heads (and POLICY is recorded)
+
+
+@dataclass(frozen=True)
+class ImpalaFlags:
+    entropy_cost: float = flag(0.01, "weight of the entropy bonus")
+    baseline_cost: float = flag(0.5, "weight of the baseline loss")
+    trust_region_threshold: float = flag(0.0, "LASER's trust region: replayed steps whose "
+                                         "KL(learner policy || behaviour policy) exceeds "
+                                         "this many nats are left out of the loss (0: off)")
+
+
+ATARI = Preset(
+    name="atari", families=("atari", "image"),
+    values={"batch_size": 8, "learning_rate": 0.0012, "lr_hold_fraction": 0.8,
+            "total_environment_frames": 20_000_000, "initial_replay_ratio": 4.0,
+            "initial_replay_frames": 2_000_000, "replay_ratio": 3.0, "replay_size": 3000,
+            "priority_exponent": 0.6, "trust_region_threshold": 0.3},
+    rule="4x the paper's updates per frame at 2x its rate, held for 80% of the budget; "
+         "LASER replay of the last 3,000 unrolls, 4 per fresh one for 2M frames, then 3",
+    record=("impala-pong-preset-s1", "impala-pong-preset-s1-b", "impala-pong-preset-s1-c",
+            "impala-pong-preset-s1-d", "impala-pong-preset-s2", "impala-pong-preset-s2-b",
+            "impala-pong-preset-s2-c",
+            "tests/e2e/test_training.py::"
+            "test_an_image_task_that_needs_stacked_frames_is_learned_with_the_defaults"))
+CLASSIC = Preset(
+    name="classic", families=("classic",),
+    values={"agent_name": "MLPAgent", "num_envs": 16, "batch_size": 16,
+            "learning_rate": 0.005, "baseline_cost": 0.25, "discounting": 0.98,
+            "total_environment_frames": 300_000},
+    rule="small fast updates for vector observations",
+    record=("tests/e2e/test_training.py::"
+            "test_cartpole_is_learned_within_the_frame_budget_with_the_defaults",))
+
+
+class Impala(Algorithm):
+    name = "impala"
+    is_default = True
+    flags_class = ImpalaFlags
+    presets = (ATARI, CLASSIC)
+    heads = (Head(POLICY, per_action=True, init_gain=0.01),
+             Head(BASELINE, per_action=False, init_gain=1.0))
+    recorded = POLICY  # the behaviour policy, for V-trace's importance weights
+    log_scalars = ("pg_loss", "baseline_loss", "entropy", "policy_kl", "rho_clipped",
+                   "trust_region_masked")
+    panels = (Panel("loss terms (sums over the batch)", ("total_loss", "pg_loss",
+                                                         "baseline_loss"), symlog=True),
+              Panel("policy entropy (nats per step)", ("entropy",)))
+    status = (StatusItem("loss", "total_loss"),)
+    old_head_names = {"policy": POLICY, "baseline": BASELINE}
+    behaviour = "impala.algorithms.impala.behaviour:ImpalaBehaviour"
+
+    @classmethod
+    def problems(cls, cfg: Config):
+        if not cfg.algorithm_flags.trust_region_threshold >= 0:
+            yield (f"--trust_region_threshold must be >= 0, got "
+                   f"{cfg.algorithm_flags.trust_region_threshold}")

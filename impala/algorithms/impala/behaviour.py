@@ -1,0 +1,66 @@
+"""How IMPALA acts and learns: actors sample from the policy and record its logits; the
+learner's loss is V-trace's actor-critic loss (loss.py), with LASER's trust region on the
+replayed columns of a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from impala.algorithm import (
+    ACTION,
+    DONE,
+    IMPORTANCE_WEIGHT,
+    LAST_ACTION,
+    OBSERVATION,
+    REPLAYED,
+    REWARD,
+    Behaviour,
+    Exploration,
+    Learning,
+    LossResult,
+)
+from impala.algorithms.impala import BASELINE, POLICY
+from impala.algorithms.impala.loss import ImpalaLossConfig, impala_loss, sample_actions
+from impala.nets import Agent
+
+
+class ImpalaBehaviour(Behaviour):
+    def exploration(self, first_env: int, count: int, total: int) -> Exploration:
+        return SampleFromPolicy()
+
+    def learning(self, model: Agent) -> Learning:
+        s, cfg = self.flags, self.cfg
+        return ImpalaLearning(ImpalaLossConfig(cfg.discounting, s.baseline_cost, s.entropy_cost,
+                                               cfg.reward_clipping, s.trust_region_threshold))
+
+    def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
+        return sample_actions(heads[POLICY])  # sampled, as the paper evaluates
+
+
+class SampleFromPolicy(Exploration):
+    def act(self, heads: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+        logits = heads[POLICY]
+        return sample_actions(logits)[0].numpy(), logits[0].numpy()
+
+
+class ImpalaLearning(Learning):
+    def __init__(self, config: ImpalaLossConfig) -> None:
+        self.config = config
+
+    def loss(self, model: Agent, batch: dict[str, torch.Tensor],
+             core_state: tuple[torch.Tensor, ...]) -> LossResult:
+        output, _ = model(batch[OBSERVATION], batch[LAST_ACTION], batch[REWARD], batch[DONE],
+                          core_state)
+        stats = impala_loss(
+            target_logits=output.heads[POLICY], baseline=output.heads[BASELINE],
+            behavior_logits=batch[POLICY], actions=batch[ACTION], rewards=batch[REWARD],
+            done=batch[DONE], config=self.config,
+            column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),
+        )
+        scalars = {"pg_loss": stats.pg_loss, "baseline_loss": stats.baseline_loss,
+                   "entropy": stats.entropy, "policy_kl": stats.policy_kl,
+                   "rho_clipped": stats.rho_clipped,
+                   "trust_region_masked": stats.trust_region_masked}
+        return LossResult(stats.total_loss, scalars, stats.unroll_errors,
+                          output.features.detach())
