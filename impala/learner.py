@@ -1,9 +1,10 @@
 """The learner: train on batches of unrolls, keep in sync with the other learners through
 the allreduce backend, publish new weights, log and checkpoint.
 
-The socket thread (`impala.receiver.UnrollReceiver`) fills batches and answers weight
-requests; `Learner.run` owns the training loop, and every version of the weights, the first
-included, reaches the receiver through one `WeightPublisher`.
+`Learner` wires the parts and owns the training loop: the socket thread
+(`receiver.serve`) fills batches and answers weight requests, every version of the weights,
+the first included, reaches it through one `WeightPublisher`, the rows go through
+`logs.LearnerLogs`, and the checkpoint and replay file through `persistence.LearnerState`.
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from impala import auth, checkpoint, replay_file
+from impala import auth
 from impala.assembly import assemble, build_optimizer
-from impala.config import Config, learner_io_threads, parse_host_port
-from impala.counters import Control, Counters, IntervalStats, ReturnWindow
+from impala.config import Config, learner_io_threads
+from impala.counters import Control, IntervalStats, ReturnWindow
 from impala.distributed import Backend, parameter_checksum
 from impala.envs import describe_env
-from impala.logs import LearnerLogs, RunMeta, status_line
+from impala.logs import LearnerLogs, status_line
+from impala.meta import RunMeta
 from impala.mixing import UnrollReplay
+from impala.persistence import LearnerState
 from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
-from impala.receiver import UnrollReceiver
+from impala.receiver import UnrollReceiver, serve
 from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
-from impala.transport import MAX_HEADER_BYTES, LearnerSocket
 from impala.update import Update, UpdateConfig, UpdateStats
 
 if TYPE_CHECKING:
@@ -57,7 +59,6 @@ class Learner:
         torch.manual_seed(cfg.seed + backend.rank)
         self.run_dir = cfg.run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.checkpoint_path = self.run_dir / checkpoint.CHECKPOINT_NAME
         self.keys = auth.ensure_keys(self.run_dir) if cfg.auth == "curve" else None
 
         env_info = describe_env(cfg.env_config)
@@ -68,17 +69,14 @@ class Learner:
         self.frames_per_update = (cfg.batch_size * (cfg.unroll_length + 1 - self.layout.overlap)
                                   * env_info.frames_per_step)
         self.frames_per_step = env_info.frames_per_step
-        optimizer = build_optimizer(cfg, self.model)
-        self.counters = self._restore(optimizer)
         # Each rank replays its own actors' unrolls (kept with the checkpoint).
         self.replay = UnrollReplay(
             self.layout, cfg.batch_size, cfg.replay_schedule, cfg.replay_size,
             cfg.priority_exponent, cfg.importance_sampling_exponent, seed=cfg.seed + self.rank,
         ) if cfg.replay_schedule.largest > 0 else None
-        self.replay_path = (replay_file.replay_path(self.run_dir, self.rank)
-                            if self.replay is not None and cfg.checkpoint_replay == "on" else None)
-        if self.replay_path is not None:
-            self._restore_replay()
+        optimizer = build_optimizer(cfg, self.model)
+        self.state = LearnerState(cfg, backend, self.replay)
+        self.counters = self.state.restore(self.model, optimizer, self.algorithm.old_head_names)
         self.skipped_updates = 0  # updates not applied: non-finite loss or gradient
         self.torso_watch = TorsoWatch()  # warns when the features stop varying
         self.optimizer = backend.prepare(self.model, optimizer)
@@ -90,45 +88,8 @@ class Learner:
                  self.rank, os.getpid(), self.counters.frames, self.counters.updates,
                  parameter_checksum(self.model))
 
-    # ----------------------------------------------------------------------- start-up
-    def _restore(self, optimizer: torch.optim.Optimizer) -> Counters:
-        """Rank 0 reads the checkpoint; the counters reach every rank by broadcast, the
-        weights and optimizer state by `backend.prepare`."""
-        counters = Counters()
-        if self.is_chief and self.checkpoint_path.exists():
-            counters = Counters(**checkpoint.resume(self.checkpoint_path, self.model,
-                                                    optimizer, self.cfg.to_dict(),
-                                                    self.algorithm.old_head_names))
-            log.info("resumed from %s at %d frames, %d updates", self.checkpoint_path,
-                     counters.frames, counters.updates)
-        values = self.backend.broadcast_counters(
-            np.array([counters.frames, counters.updates], dtype=np.float64))
-        return Counters(*(int(v) for v in values))
-
-    def _restore_replay(self) -> None:
-        """Each rank refills its replay from its file if it goes with the checkpoint."""
-        log.info("rank %d: %s", self.rank, replay_file.restore(
-            self.replay_path, self.replay.memory, self.counters.frames, self.counters.updates))
-        if not replay_file.agree_on_fill(self.replay.memory, self.backend.allreduce_sum):
-            log.warning("the ranks' restored replays hold different numbers of unrolls: "
-                        "every rank starts with an empty replay")
-
     def save_checkpoint(self) -> None:
-        if self.replay_path is not None:
-            replay_file.save(self.replay_path, self.replay.memory, self.counters.frames,
-                             self.counters.updates)
-        if not self.is_chief:
-            return
-        checkpoint.save(self.checkpoint_path, self.model, self.optimizer,
-                        self.counters.as_dict(), self.cfg.to_dict())
-        log.info("checkpoint saved at %d frames: %s", self.counters.frames, self.checkpoint_path)
-
-    def largest_frame(self) -> int:
-        """The biggest frame an actor sends, with room for CURVE's per-frame envelope
-        (tens of bytes): ZeroMQ cuts off a peer that sends more, before buffering it."""
-        schemas = [self.layout.schema(), self.layout.schema(continued=True)]
-        return 4096 + max(MAX_HEADER_BYTES, *(spec.nbytes for schema in schemas
-                                              for spec in schema.values()))
+        self.state.save(self.model, self.optimizer, self.counters)
 
     # ----------------------------------------------------------------------- main loop
     def run(self) -> str:
@@ -174,30 +135,17 @@ class Learner:
                         cfg.wandb_group)
 
     def _serve(self) -> tuple[UnrollReceiver, BatchQueue]:
-        """Bind the socket and start the receiver thread (it serves no weights until the
-        training loop publishes its first version)."""
         cfg = self.cfg
-        host, port = parse_host_port(cfg.learner_host)
-        io_threads = learner_io_threads(cfg.learner_io_threads)
-        sock = LearnerSocket(host, port, self.largest_frame(),
-                             receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
-                             keys=self.keys, io_threads=io_threads)
-        replay = self.replay
-        stacks_on_device = cfg.stacks_on_device(self.device)
-        batches = BatchQueue(self.layout, cfg.batch_size, cfg.queue_capacity,
-                             extra_columns=replay.max_replayed if replay else 0,
-                             keep_stored=replay is not None,
-                             pinned=self.device.type == "cuda",
-                             stacks_on_device=stacks_on_device)
-        receiver = UnrollReceiver(sock, self.layout, batches, int(cfg.max_message_mb * 2**20),
+        receiver, batches = serve(cfg, self.layout, self.device,
+                                  self.replay.max_replayed if self.replay else 0, self.keys,
                                   name=f"learner-{self.rank}")
-        receiver.start()
+        io_threads = learner_io_threads(cfg.learner_io_threads)
         log.info("learner %d/%d listening on %s (%s on %s, %s, %s, preset %s, batch %d x "
                  "T=%d%s%s%s, %d ZeroMQ I/O thread%s)", self.rank, self.backend.size,
                  receiver.address, cfg.agent_name, self.device, cfg.level_name, cfg.algorithm,
                  cfg.preset, cfg.batch_size, cfg.unroll_length,
                  ", frame stacks gathered on the device"
-                 if self.layout.frame_stack and stacks_on_device else "",
+                 if self.layout.frame_stack and cfg.stacks_on_device(self.device) else "",
                  self.model.activation_note(),
                  ", TF32 convolutions (--tf32=on)"
                  if self.device.type == "cuda" and cfg.tf32_allowed else "", io_threads,
@@ -318,33 +266,10 @@ class Learner:
 
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
                     logs: LearnerLogs, run_start: float, run_start_frames: int) -> None:
-        now = time.time()
-        elapsed = max(now - interval.start_time, 1e-9)
-        logs.rank_row({
-            "time": now, "updates": self.counters.updates, "frames": self.counters.frames,
-            "local_frames": interval.local_frames,
-            "local_sps": interval.local_frames / self.frames_per_step / elapsed,
-            "param_checksum": parameter_checksum(self.model),
-        })
-        if not self.is_chief:
-            return
-        episodes = int(interval.episodes)
-        received = receiver.counts()
-        row = {
-            "time": now, "frames": self.counters.frames,
-            "sps": (self.counters.frames - interval.start_frames)
-            / self.frames_per_step / elapsed,
-            "interval_s": elapsed,
-            "updates": self.counters.updates, "episodes": episodes,
-            "mean_episode_return": interval.return_sum / episodes if episodes else None,
-            "mean_episode_length": interval.length_sum / episodes if episodes else None,
-            **interval.last,
-            "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
-            "queue_depth": batches.depth(), "dropped_messages": received.dropped,
-            "unroll_bytes": received.unroll_bytes, "stream_restarts": received.stream_restarts,
-            "skipped_updates": self.skipped_updates,
-        }
-        logs.run_row(row)
-        if interval.last:
-            log.info(status_line(row, self.cfg.total_environment_frames, now - run_start,
-                                 run_start_frames, self.algorithm.status))
+        row = logs.interval(interval, self.counters, parameter_checksum(self.model),
+                            self.frames_per_step, receiver.counts(), batches.depth(),
+                            self.skipped_updates)
+        if row is not None and interval.last:
+            log.info(status_line(row, self.cfg.total_environment_frames,
+                                 time.time() - run_start, run_start_frames,
+                                 self.algorithm.status))

@@ -1,8 +1,7 @@
-"""The run directory and everything written into it.
+"""The run directory's logs: each process's log file, and the rows a learner writes.
 
 <logdir>/<run_name>/
-  meta.json          flags, preset, the algorithm's curve panels, git commit and dirty
-                     flag, host, start/end time, exit status
+  meta.json          what the run was (meta.py)
   curve.png          the learning curve, redrawn after every log row (curves.py)
   logs.csv           one row per logging interval (rank 0), flushed as written
   learner-<r>.csv    per-rank throughput and parameter checksum (sync can be checked)
@@ -16,12 +15,9 @@
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import numbers
 import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -32,6 +28,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from impala.algorithm import StatusItem
+    from impala.counters import Counters, IntervalStats
+    from impala.receiver import ReceiverCounts
     from impala.unroll_reader import EpisodeStats
 
 # logs.csv: these, then the algorithm's own scalars (Algorithm.log_scalars). `interval_s`: the
@@ -46,9 +44,6 @@ LOG_COLUMNS = [
 RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
 # The algorithm's episode tags follow these (impala/algorithm.py `episode_tags`).
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
-
-SECRET_WORDS = ("password", "secret", "token", "key")
-
 
 def setup_logging(log_file: Path | None, name: str) -> logging.Logger:
     """Log to stderr and, if given, to `log_file` (appending, so resumes keep history)."""
@@ -65,68 +60,6 @@ def setup_logging(log_file: Path | None, name: str) -> logging.Logger:
         handler.setFormatter(formatter)
         root.addHandler(handler)
     return logging.getLogger(name)
-
-
-def git_state(repo: Path) -> dict[str, Any]:
-    """The commit and whether the tree is dirty; nothing if this is not a git checkout."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-    try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.SubprocessError):
-        return {"git_commit": None, "git_dirty": None}
-    return {"git_commit": commit or None, "git_dirty": dirty if commit else None}
-
-
-def redact(flags: dict[str, Any]) -> dict[str, Any]:
-    """Drop anything that looks like a secret before it is written anywhere."""
-    return {k: v for k, v in flags.items() if not any(w in k.lower() for w in SECRET_WORDS)}
-
-
-class RunMeta:
-    """meta.json: written at start, completed with end time and exit status at the end."""
-
-    def __init__(self, run_dir: Path, flags: dict[str, Any], role: str,
-                 preset: dict[str, Any] | None = None,
-                 panels: list[dict[str, Any]] | None = None) -> None:
-        self.path = run_dir / "meta.json"
-        previous = self._read()
-        repo = Path(__file__).resolve().parent.parent
-        self.data = {
-            "flags": redact(flags),
-            # The preset's values (flags["preset"] names it); each flag the user did not
-            # set took its value from here.
-            "preset_values": preset or {},
-            # The algorithm's curve panels (impala.algorithm.Panel), for curves.py.
-            "panels": panels or [],
-            "role": role,
-            "host": socket.gethostname(),
-            "python": sys.version.split()[0],
-            **git_state(repo),
-            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "end_time": None,
-            "exit_status": "running",
-            "starts": previous.get("starts", 0) + 1,
-        }
-        self._write()
-
-    def _read(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _write(self) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
-
-    def finish(self, exit_status: str, **extra: Any) -> None:
-        self.data.update(end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                         exit_status=exit_status, **extra)
-        self._write()
 
 
 def drop_rows_after(path: Path, frames: int) -> int:
@@ -287,8 +220,36 @@ class LearnerLogs:
             self.episode_log.write({**tags, "time": now, "frames": frames,
                                     "episode_return": episode_return, "episode_length": length})
 
-    def rank_row(self, row: dict[str, Any]) -> None:
-        self.rank_log.write(row)
+    def interval(self, interval: IntervalStats, counters: Counters, param_checksum: float,
+                 frames_per_step: int, received: ReceiverCounts, queue_depth: int,
+                 skipped_updates: int) -> dict[str, Any] | None:
+        """The rows of a log interval that ends now: this rank's, and on rank 0 the run's
+        (logs.csv, TensorBoard, W&B), which it returns (None elsewhere)."""
+        now = time.time()
+        elapsed = max(now - interval.start_time, 1e-9)
+        self.rank_log.write({
+            "time": now, "updates": counters.updates, "frames": counters.frames,
+            "local_frames": interval.local_frames,
+            "local_sps": interval.local_frames / frames_per_step / elapsed,
+            "param_checksum": param_checksum,
+        })
+        if not self.is_chief:
+            return None
+        episodes = int(interval.episodes)
+        row = {
+            "time": now, "frames": counters.frames,
+            "sps": (counters.frames - interval.start_frames) / frames_per_step / elapsed,
+            "interval_s": elapsed, "updates": counters.updates, "episodes": episodes,
+            "mean_episode_return": interval.return_sum / episodes if episodes else None,
+            "mean_episode_length": interval.length_sum / episodes if episodes else None,
+            **interval.last,
+            "policy_lag": float(np.mean(interval.lags)) if interval.lags else 0.0,
+            "queue_depth": queue_depth, "dropped_messages": received.dropped,
+            "unroll_bytes": received.unroll_bytes, "stream_restarts": received.stream_restarts,
+            "skipped_updates": skipped_updates,
+        }
+        self.run_row(row)
+        return row
 
     def run_row(self, row: dict[str, Any]) -> None:
         """One row of logs.csv and TensorBoard (rank 0 only; ignored elsewhere)."""

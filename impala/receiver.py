@@ -6,8 +6,9 @@ assembled while the current one trains; it answers weight requests from what the
 loop published, and runs the frame-stream restart protocol (framestack.py). The unroll
 itself is unroll.py's (`UnrollReader`). Any message that fails in any way is a counted drop.
 
-What the learner uses: `start`, `publish`, `counts`, `raise_if_stopped` (the thread ended by
-itself: why), `address` and `stop`.
+What the learner uses: `serve` (the socket bound, its batches and the thread started), then
+`publish`, `counts`, `raise_if_stopped` (the thread ended by itself: why), `address` and
+`stop`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
+from impala.auth import RunKeys
+from impala.config import Config, learner_io_threads, parse_host_port
 from impala.framestack import StreamGap
 from impala.process import name_os_thread
 from impala.rollout import BatchQueue
 from impala.transport import (
+    MAX_HEADER_BYTES,
     DropLog,
     LearnerSocket,
     Message,
@@ -197,6 +202,32 @@ class UnrollReceiver:
                                              run_frames=served.run_frames, **restart))
         else:
             self._sock.send(identity, served.message)
+
+
+def serve(cfg: Config, layout: UnrollLayout, device: torch.device, replayed_columns: int,
+          keys: RunKeys | None, name: str) -> tuple[UnrollReceiver, BatchQueue]:
+    """Bind the learner's socket at `--learner_host`, make the batches it fills (with room
+    for `replayed_columns` more, and each unroll's stored form kept where there is replay),
+    and start the receiver thread; it serves no weights until the first are published."""
+    host, port = parse_host_port(cfg.learner_host)
+    sock = LearnerSocket(host, port, largest_frame(layout),
+                         receive_hwm=cfg.queue_capacity * cfg.batch_size + cfg.batch_size,
+                         keys=keys, io_threads=learner_io_threads(cfg.learner_io_threads))
+    batches = BatchQueue(layout, cfg.batch_size, cfg.queue_capacity,
+                         extra_columns=replayed_columns, keep_stored=replayed_columns > 0,
+                         pinned=device.type == "cuda",
+                         stacks_on_device=cfg.stacks_on_device(device))
+    receiver = UnrollReceiver(sock, layout, batches, int(cfg.max_message_mb * 2**20), name=name)
+    receiver.start()
+    return receiver, batches
+
+
+def largest_frame(layout: UnrollLayout) -> int:
+    """The biggest frame an actor sends, with room for CURVE's per-frame envelope (tens of
+    bytes): ZeroMQ cuts off a peer that sends more, before buffering it."""
+    schemas = [layout.schema(), layout.schema(continued=True)]
+    return 4096 + max(MAX_HEADER_BYTES, *(spec.nbytes for schema in schemas
+                                          for spec in schema.values()))
 
 
 class ReceiverStopped(RuntimeError):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from impala.logs import redact
+from impala.meta import redact
 
 log = logging.getLogger("learner")
 

@@ -5,7 +5,8 @@ import pandas as pd
 
 from impala import logs
 from impala.algorithm import StatusItem
-from impala.logs import CsvLog, redact
+from impala.logs import CsvLog
+from impala.meta import redact
 
 
 def test_numpy_scalars_are_written_as_plain_numbers(tmp_path):
