@@ -157,6 +157,11 @@ class Learning:
         """Called on every rank after each update, with the run's frames (over all ranks,
         so every rank sees the same numbers) before and after it."""
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Tensors of its own that every rank must hold identically (a target network):
+        the ranks' sync digest covers them (distributed.state_digest)."""
+        return {}
+
 
 class Algorithm:
     """The declaration; see the module docstring. One instance per process, made from the

@@ -16,6 +16,7 @@ from the same averaged gradients). Nothing here is ever unpickled: counters trav
 from __future__ import annotations
 
 import datetime
+import hashlib
 import logging
 import math
 import os
@@ -84,6 +85,37 @@ def parameter_checksum(model: nn.Module) -> float:
     """float64 sum of every parameter: equal across ranks iff they are (almost surely) in sync."""
     with torch.no_grad():
         return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer,
+                 extra: dict[str, torch.Tensor], counters: tuple[int, ...]) -> str:
+    """A hash (16 hex digits) of everything the ranks must hold identically: the model's
+    parameters and buffers, the optimizer's state and settings (each parameter's running
+    averages, its step, the learning rate the schedule set), the algorithm's own tensors
+    (`extra`: a target network) and the counters (frames, updates). Equal on two ranks iff
+    all of it is equal to the last bit."""
+    digest = hashlib.blake2b(digest_size=8)
+
+    def add(name: str, value) -> None:
+        digest.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            digest.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8)
+                          .numpy().tobytes())
+        elif isinstance(value, dict):
+            for key in sorted(value, key=str):
+                add(f"{name}.{key}", value[key])
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                add(f"{name}[{i}]", item)
+        else:
+            digest.update(repr(value).encode())
+
+    with torch.no_grad():
+        add("model", model.state_dict())
+        add("optimizer", optimizer.state_dict())
+        add("algorithm", extra)
+    add("counters", counters)
+    return digest.hexdigest()
 
 
 class SingleLearner:

@@ -23,7 +23,7 @@ from impala import auth
 from impala.assembly import assemble, build_optimizer
 from impala.config import Config, learner_io_threads
 from impala.counters import Control, IntervalStats, ReturnWindow
-from impala.distributed import Backend, parameter_checksum
+from impala.distributed import Backend, parameter_checksum, state_digest
 from impala.envs import describe_env
 from impala.logs import LearnerLogs, status_line
 from impala.meta import RunMeta
@@ -84,9 +84,14 @@ class Learner:
         self.update = Update(self.model, self.optimizer, backend,
                              self.algorithm.learning(self.model), self.replay, self.device,
                              UpdateConfig.of(cfg))
-        log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r",
-                 self.rank, os.getpid(), self.counters.frames, self.counters.updates,
-                 parameter_checksum(self.model))
+        log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r, "
+                 "state digest %s", self.rank, os.getpid(), self.counters.frames,
+                 self.counters.updates, parameter_checksum(self.model), self.state_digest())
+
+    def state_digest(self) -> str:
+        """The hash of all this rank must hold as every other rank does."""
+        return state_digest(self.model, self.optimizer, self.update.learning.state_tensors(),
+                            (self.counters.frames, self.counters.updates))
 
     def save_checkpoint(self) -> None:
         self.state.save(self.model, self.optimizer, self.counters)
@@ -267,8 +272,8 @@ class Learner:
     def _write_logs(self, interval: IntervalStats, receiver: UnrollReceiver, batches: BatchQueue,
                     logs: LearnerLogs, run_start: float, run_start_frames: int) -> None:
         row = logs.interval(interval, self.counters, parameter_checksum(self.model),
-                            self.frames_per_step, receiver.counts(), batches.depth(),
-                            self.skipped_updates)
+                            self.state_digest(), self.frames_per_step, receiver.counts(),
+                            batches.depth(), self.skipped_updates)
         if row is not None and interval.last:
             log.info(status_line(row, self.cfg.total_environment_frames,
                                  time.time() - run_start, run_start_frames,

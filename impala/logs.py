@@ -41,7 +41,10 @@ LOG_COLUMNS = [
     "queue_depth", "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
     "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",
 ]
-RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum"]
+# param_checksum: the sum of the parameters, readable; state_digest: a hash of everything the
+# ranks must hold identically (distributed.state_digest). Both equal across ranks at a row.
+RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param_checksum",
+                "state_digest"]
 # The algorithm's episode tags follow these (impala/algorithm.py `episode_tags`).
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 
@@ -221,8 +224,8 @@ class LearnerLogs:
                                     "episode_return": episode_return, "episode_length": length})
 
     def interval(self, interval: IntervalStats, counters: Counters, param_checksum: float,
-                 frames_per_step: int, received: ReceiverCounts, queue_depth: int,
-                 skipped_updates: int) -> dict[str, Any] | None:
+                 state_digest: str, frames_per_step: int, received: ReceiverCounts,
+                 queue_depth: int, skipped_updates: int) -> dict[str, Any] | None:
         """The rows of a log interval that ends now: this rank's, and on rank 0 the run's
         (logs.csv, TensorBoard, W&B), which it returns (None elsewhere)."""
         now = time.time()
@@ -231,7 +234,7 @@ class LearnerLogs:
             "time": now, "updates": counters.updates, "frames": counters.frames,
             "local_frames": interval.local_frames,
             "local_sps": interval.local_frames / frames_per_step / elapsed,
-            "param_checksum": param_checksum,
+            "param_checksum": param_checksum, "state_digest": state_digest,
         })
         if not self.is_chief:
             return None

@@ -157,12 +157,14 @@ def weights_answered(sock, timeout_ms: int) -> bool:
 
 def assert_ranks_in_sync(run_dir: Path, same_rows: bool = True,
                          rank_dirs: list[Path] | None = None) -> pd.DataFrame:
-    """param_checksum equal (to the last bit, as written) on both ranks at every update
-    both logged; with `same_rows`, both logged the same updates (a run that ended by
+    """param_checksum and state_digest (everything the ranks must hold identically: weights,
+    optimizer state, a target network, counters) equal on both ranks at every update both
+    logged; with `same_rows`, both logged the same updates (a run that ended by
     itself; one stopped from outside may leave one rank a row ahead). `rank_dirs`: where
     each rank's files are, when the ranks ran on hosts of their own."""
     rank_dirs = rank_dirs or [run_dir, run_dir]
-    ranks = [pd.read_csv(rank_dirs[r] / f"learner-{r}.csv", dtype={"param_checksum": str})
+    ranks = [pd.read_csv(rank_dirs[r] / f"learner-{r}.csv",
+                         dtype={"param_checksum": str, "state_digest": str})
              for r in (0, 1)]
     merged = ranks[0].merge(ranks[1], on="updates", suffixes=("_0", "_1"))
     assert len(merged) >= 3
@@ -170,6 +172,8 @@ def assert_ranks_in_sync(run_dir: Path, same_rows: bool = True,
         assert len(merged) == len(ranks[0]) == len(ranks[1])
     mismatched = merged[merged["param_checksum_0"] != merged["param_checksum_1"]]
     assert mismatched.empty, mismatched[["updates", "param_checksum_0", "param_checksum_1"]]
+    mismatched = merged[merged["state_digest_0"] != merged["state_digest_1"]]
+    assert mismatched.empty, mismatched[["updates", "state_digest_0", "state_digest_1"]]
     assert (merged["frames_0"] == merged["frames_1"]).all()  # one global frame count
     return merged
 

@@ -264,6 +264,23 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_two_apex_learners_agree_on_their_target_networks_and_optimizer_state(tmp_path):
+    """Ape-X keeps a target network that each rank copies on its own, by the run's frames,
+    and replay of its own: the gradient allreduce alone would keep the online weights equal
+    even if the targets drifted apart, so the ranks' state digests, which cover the target
+    network, the optimizer's state and the counters, must match on every row."""
+    cluster = Cluster(tmp_path, "horovod", 24_000,
+                      ["--algorithm=apex", "--target_update_frames=1600", "--replay_ratio=1",
+                       "--log_interval_s=0.2"])
+    cluster.start()
+    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    merged = assert_ranks_in_sync(cluster.run_dir)
+    # The target was copied several times over the rows compared (every 1,600 frames).
+    assert merged["frames_0"].iloc[-1] - merged["frames_0"].iloc[0] > 5 * 1600
+    assert merged["state_digest_0"].nunique() == len(merged)  # it changes as they train
+
+
 def test_a_dead_rank_does_not_hang_the_others(tmp_path):
     """mpirun ends the other rank when one is killed. The rank left waits in an allreduce
     and answers only mpirun's SIGKILL, two grace periods later: 2 s here (10 s in a run)."""

@@ -156,6 +156,9 @@ class ValueLearning(Learning):
             q = heads_q(output.heads)
         return q, output.features.detach()
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {f"target.{name}": value for name, value in self.target.state_dict().items()}
+
     def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
         period = self.config.target_update_frames
         if frames_after // period > frames_before // period:
