@@ -20,22 +20,31 @@ from tests.faults import foreground_run, pid_in, text_of
 from tests.frontend import CARTPOLE, tmux_has
 from tests.helpers import ROOT, assert_ranks_in_sync, last_value, wait_for
 
-IMAGE = "impala-cpu"
+# The test's own name, so `make docker` here never replaces a user's `impala-cpu` image.
+IMAGE = "impala-test-cpu"
 SKIP = unavailable_reason()
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(SKIP is not None, reason=f"needs a Docker engine: {SKIP}")]
 
 
+def image_id(name: str) -> str:
+    """The image's id, or '' where there is none of that name."""
+    return docker("image", "inspect", "-f", "{{.Id}}", name, check=False).stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
-    """`make docker BASE=<a debootstrapped bookworm>`, as a user with no registry would."""
+    """`make docker BASE=<a debootstrapped bookworm> IMAGE=<the test's name>`, as a user with
+    no registry would."""
     workdir = tmp_path_factory.mktemp("docker")
     with DockerEngine(workdir / "engine"):
         base = make_base_image(workdir)
-        built = subprocess.run(["make", "docker", f"BASE={base}"], cwd=ROOT, text=True,
-                               capture_output=True, timeout=900)
+        users_image = image_id("impala-cpu")
+        built = subprocess.run(["make", "docker", f"BASE={base}", f"IMAGE={IMAGE}"], cwd=ROOT,
+                               text=True, capture_output=True, timeout=900)
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         assert f"built {IMAGE}" in built.stdout
+        assert image_id("impala-cpu") == users_image  # a user's image of the default name
         yield IMAGE
 
 

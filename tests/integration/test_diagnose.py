@@ -66,13 +66,23 @@ def test_the_share_of_actions_the_observation_decides(tmp_path, capsys, prepare,
         assert float(rows["checkpoint"]["feature_std"]) == 0.0
 
 
+def deaf_to_actions(model) -> None:
+    """The LSTM's input weights from the one-hot last action zeroed (the columns after the
+    torso's features, before the reward's): its core cannot hear the last action."""
+    width = model.lstm.weight_ih_l0.shape[1] - model.num_actions - 1
+    model.lstm.weight_ih_l0[:, width:width + model.num_actions].zero_()
+
+
 def test_an_lstm_agent_reports_what_its_core_hears(tmp_path, capsys):
-    run_dir = make_run(tmp_path, "r2d2", "MLPLSTMAgent", lambda model: None)
-    assert diagnose([f"--run_dir={run_dir}", "--envs=2", "--steps=40"]) == 0
+    run_dir = make_run(tmp_path, "r2d2", "MLPLSTMAgent", deaf_to_actions)
+    # Half the actions random, so the last action varies whatever the untrained net prefers.
+    assert diagnose([f"--run_dir={run_dir}", "--envs=2", "--steps=40", "--epsilon=0.5"]) == 0
     rows = table(capsys)
     for column in ("core_from_screen", "core_from_action", "core_from_reward"):
-        assert float(rows["checkpoint"][column]) >= 0.0
-    # the checkpoint holds the fresh network's weights (same seed): the same figures
+        assert float(rows["fresh"][column]) > 0.0  # a fresh core hears all three
+    assert float(rows["checkpoint"]["core_from_action"]) == 0.0
+    assert float(rows["checkpoint"]["core_from_screen"]) > 0.0
+    # the checkpoint's torso is the fresh network's (same seed): the same screen figure
     assert rows["checkpoint"]["core_from_screen"] == rows["fresh"]["core_from_screen"]
 
 

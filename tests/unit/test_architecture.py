@@ -116,3 +116,15 @@ def test_shared_modules_name_no_algorithm_nor_its_columns():
             if isinstance(node, ast.Constant) and node.value in names:
                 problems.append(f"{name}: {node.value!r}")
     assert problems == []
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/*.py helpers: a test module that imports another
+    one runs (and breaks with) tests it does not own."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("*/test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and re.match(
+                    r"tests\.(unit|integration|e2e)\.test_", node.module):
+                found.append(f"{path.relative_to(ROOT)}: {node.module}")
+    assert found == []

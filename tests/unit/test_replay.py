@@ -19,19 +19,13 @@ from impala.presets import NO_PRESET, config_from_flags, preset_defaults
 from impala.replay import ReplayMemory, SumTree
 from impala.rollout import Batch
 from impala.schedules import ReplaySchedule
-from impala.transport import FieldSpec
 from impala.unroll import UnrollLayout
 from impala.unroll_reader import EpisodeStats, Unroll
 from tests.helpers import run
+from tests.replay_items import FIELDS, items
 
-FIELDS = {"x": FieldSpec("int64", (2,)), "y": FieldSpec("float32", ())}
 # The 0.999 quantile of the chi-square distribution with 9 degrees of freedom.
 CHI2_9_DOF_999 = 27.877
-
-
-def items(values) -> dict[str, np.ndarray]:
-    values = np.asarray(values)
-    return {"x": np.stack([values, -values], axis=1), "y": values.astype(np.float32)}
 
 
 # ------------------------------------------------------------------------------ sum tree

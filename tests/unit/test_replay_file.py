@@ -10,7 +10,7 @@ import pytest
 from impala import replay_file
 from impala.replay import ReplayMemory
 from impala.transport import FieldSpec
-from tests.unit.test_replay import FIELDS, items
+from tests.replay_items import FIELDS, items
 
 
 def filled(capacity: int, count: int, alpha: float = 0.6) -> ReplayMemory:
