@@ -17,19 +17,16 @@ import torch
 from impala.algorithm import IMPORTANCE_WEIGHT, REPLAYED
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
-from impala.flags import parse_config
 from impala.framestack import rebuild_stacks, stacks_from_frames
 from impala.mixing import UnrollReplay
 from impala.nets import build_agent
 from impala.optim import RMSpropTF
 from impala.publisher import WeightPublisher
-from impala.registry import build_algorithm
 from impala.rollout import Batch, core_state, with_stacks
-from impala.unroll import EPISODE_START, FRAMES, OBSERVATION, UnrollLayout
-from impala.unroll_reader import EpisodeStats, Unroll
+from impala.unroll import EPISODE_START, FRAMES, OBSERVATION
 from impala.update import Update, UpdateConfig, read_to_host, tensor_operations
+from tests.batches import B, T, pong_learner, random_batch
 
-T, B = 6, 3
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 _FORBIDDEN = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__")
 
@@ -63,37 +60,6 @@ def host_reads(forbid: bool) -> Iterator[Counter]:
     finally:
         for name, method in originals.items():
             setattr(torch.Tensor, name, method)
-
-
-def pong_learner(algorithm: str) -> tuple:
-    """An algorithm at its Pong preset with a small batch: (algorithm, model, layout)."""
-    cfg = parse_config([f"--algorithm={algorithm}", "--preset=auto",
-                        "--level_name=PongNoFrameskip-v4", f"--unroll_length={T}",
-                        f"--batch_size={B}", "--replay_size=16", "--learner_threads=1"])
-    algo = build_algorithm(cfg)
-    torch.manual_seed(0)
-    model = build_agent(cfg.agent_name, describe_env(cfg.env_config), algo)
-    layout = UnrollLayout.for_agent(T, describe_env(cfg.env_config), model, algo.recorded,
-                                    algo.overlap)
-    return cfg, algo, model, layout
-
-
-def random_batch(layout: UnrollLayout, replay: UnrollReplay | None, seed: int = 0,
-                 stacks_on_device: bool = False) -> Batch:
-    """B random Pong-shaped unrolls, some of whose environments reset mid-unroll."""
-    batch = Batch(layout, B, extra_columns=replay.max_replayed if replay else 0,
-                  keep_stored=replay is not None, stacks_on_device=stacks_on_device)
-    rng = np.random.default_rng(seed)
-    for _ in range(B):
-        arrays = {name: np.zeros(spec.shape, spec.dtype) for name, spec in layout.schema().items()}
-        arrays["frames"][:] = rng.integers(0, 255, arrays["frames"].shape, dtype=np.uint8)
-        arrays["episode_start"][:] = rng.random(len(arrays["episode_start"])) < 0.2
-        arrays["done"][:] = arrays["episode_start"]
-        arrays["action"][:] = rng.integers(0, layout.num_actions, len(arrays["action"]))
-        arrays["reward"][:] = rng.choice([-1.0, 0.0, 1.0], len(arrays["reward"]))
-        arrays[layout.recorded][:] = rng.normal(size=arrays[layout.recorded].shape)
-        batch.add(Unroll(arrays, "test", 0, EpisodeStats.empty()))
-    return batch
 
 
 @pytest.mark.parametrize("algorithm", ["impala", "apex"])
