@@ -56,11 +56,29 @@ def test_the_results_table_agrees_with_its_episodes():
     assert "runs agree with their episodes" in result.stdout
 
 
-def test_a_page_that_no_longer_matches_the_table_is_stale():
-    """--check fails on a page written before a row changed, and names that page only."""
+def load_redraw():
     spec = importlib.util.spec_from_file_location("redraw", ROOT / "results" / "redraw.py")
     redraw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(redraw)
+    return redraw
+
+
+def test_a_row_whose_figures_its_episodes_do_not_give_is_refused_by_id_and_column():
+    """A tampered row (a run made to reach +18 a million frames sooner than its episodes
+    say) fails the check, which names the run and the column."""
+    redraw = load_redraw()
+    runs = redraw.read_runs()
+    assert redraw.disagreements(runs) == []
+    solved = runs.index[runs["frames_to_plus18"].notna()][0]
+    runs.loc[solved, "frames_to_plus18"] -= 1_000_000
+    problems = redraw.disagreements(runs)
+    assert len(problems) == 1
+    assert runs.loc[solved, "id"] in problems[0] and "frames_to_plus18" in problems[0]
+
+
+def test_a_page_that_no_longer_matches_the_table_is_stale():
+    """--check fails on a page written before a row changed, and names that page only."""
+    redraw = load_redraw()
     runs = redraw.read_runs()
     first_r2d2 = runs.index[runs["algorithm"] == "r2d2"][0]
     runs.loc[first_r2d2, "note"] = "a note the page does not have"
