@@ -43,9 +43,10 @@ from learner import algorithm_config, learner_objects
 from impala import auth
 from impala.actor import SEND_TIMEOUT_MS, WeightsClient
 from impala.receiver import UnrollReceiver
-from impala.rollout import BatchQueue
 from impala.transport import ActorSocket, LearnerSocket
-from impala.unroll import ACTION, FRAMES, LAST_ACTION, UnrollLayout, UnrollWriter
+from impala.unroll.batches import BatchQueue
+from impala.unroll.layout import ACTION, FRAMES, LAST_ACTION, UnrollLayout
+from impala.unroll.writer import UnrollWriter
 from impala.weights import finite_weights
 
 MAX_BYTES = 64 * 2**20

@@ -38,16 +38,16 @@ from impala.devices import resolve_device
 from impala.distributed import SingleLearner
 from impala.envs import EnvInfo, describe_env
 from impala.flags import parse_config
-from impala.mixing import UnrollReplay
 from impala.nets import Agent
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
-from impala.rollout import Batch
 from impala.schedules import ReplaySchedule
 from impala.step import untimed
 from impala.transport import encode
-from impala.unroll import UnrollLayout
-from impala.unroll_reader import EpisodeStats, Unroll
+from impala.unroll.batches import Batch
+from impala.unroll.layout import UnrollLayout
+from impala.unroll.reader import EpisodeStats, Unroll
+from impala.unroll.replay import UnrollReplay
 from impala.update import PhaseTimes, Update, UpdateConfig, tensor_operations
 
 

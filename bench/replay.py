@@ -17,8 +17,8 @@ import time
 import common
 import numpy as np
 
-from impala.replay import ReplayMemory
 from impala.transport import FieldSpec
+from impala.unroll.replay_memory import ReplayMemory
 
 
 def ours(capacity: int, batch: int, seconds: float) -> float:
@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for capacity in args.capacity:
-        for name, measure in (("numpy sum tree (impala.replay)", ours),
+        for name, measure in (("numpy sum tree (impala.unroll.replay_memory)", ours),
                               ("cpprb PrioritizedReplayBuffer", cpprb_buffer)):
             rate = measure(capacity, args.batch, args.seconds)
             if rate is not None:

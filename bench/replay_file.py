@@ -19,9 +19,9 @@ import common
 import numpy as np
 from learner import learner_objects
 
-from impala import replay_file
 from impala.flags import parse_config
-from impala.replay import ReplayMemory
+from impala.unroll import replay_file
+from impala.unroll.replay_memory import ReplayMemory
 
 
 def round_trip(algorithm: str, directory: Path) -> dict[str, object]:

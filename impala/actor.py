@@ -30,7 +30,7 @@ from impala.process import (
     name_os_thread,
 )
 from impala.transport import ActorSocket, WireError, decode, encode
-from impala.unroll import UnrollWriter
+from impala.unroll.writer import UnrollWriter
 from impala.weights import weights_schema
 
 log = logging.getLogger("actor")
@@ -79,7 +79,7 @@ class WeightsClient:
         self.run_frames = 0  # the run's frames when the newest weights were made
         self.rejected = 0  # answers that failed the wire checks
         self._requested_at: float | None = None  # an answer is awaited since then
-        self._restart_asked = False  # the learner lost our frame streams (framestack.py)
+        self._restart_asked = False  # the learner lost our frame streams (unroll/framestack.py)
 
     def request(self, timeout_ms: int = 0) -> bool:
         """Ask for weights newer than ours; False if the socket did not take the request
@@ -116,7 +116,7 @@ class WeightsClient:
 
     def take_restart_request(self) -> bool:
         """Whether the learner asked, since the last call, for the frame streams to start
-        again with self-contained unrolls (it lost them: framestack.py)."""
+        again with self-contained unrolls (it lost them: unroll/framestack.py)."""
         asked, self._restart_asked = self._restart_asked, False
         return asked
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # annotations only
 
     from impala.config import Config
     from impala.nets import Agent
-    from impala.unroll import RecordedSteps
+    from impala.unroll.layout import RecordedSteps
 
 
 # The batch a loss reads (`Learning.loss`): [T+1, B, ...] tensors under these names and

@@ -17,7 +17,7 @@ from impala.envs import EnvInfo
 from impala.nets import Agent, build_agent
 from impala.optim import RMSpropTF
 from impala.registry import build_algorithm
-from impala.unroll import UnrollLayout
+from impala.unroll.layout import UnrollLayout
 
 
 @dataclass

@@ -27,14 +27,14 @@ from impala.distributed import Backend, parameter_checksum, state_digest
 from impala.envs import describe_env
 from impala.logs import LearnerLogs, status_line
 from impala.meta import RunMeta
-from impala.mixing import UnrollReplay
 from impala.persistence import LearnerState
 from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
 from impala.receiver import UnrollReceiver, serve
-from impala.rollout import Batch, BatchQueue
 from impala.step import TorsoWatch
+from impala.unroll.batches import Batch, BatchQueue
+from impala.unroll.replay import UnrollReplay
 from impala.update import Update, UpdateConfig, UpdateStats
 
 if TYPE_CHECKING:

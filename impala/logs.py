@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from impala.algorithm import StatusItem
     from impala.counters import Counters, IntervalStats
     from impala.receiver import ReceiverCounts
-    from impala.unroll_reader import EpisodeStats
+    from impala.unroll.reader import EpisodeStats
 
 # logs.csv: these, then the algorithm's own scalars (Algorithm.log_scalars). `interval_s`: the
 # seconds a row covers, since the row before or since training (re)started, so the sum is the

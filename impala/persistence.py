@@ -1,6 +1,6 @@
 """What a learner keeps across a restart, and getting it back: the checkpoint (weights,
 optimizer state, counters: rank 0 writes it, and the others get it by broadcast) and, with
-`--checkpoint_replay=on`, each rank's replay file beside it (impala/replay_file.py)."""
+`--checkpoint_replay=on`, each rank's replay file beside it (impala/unroll/replay_file.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from impala import checkpoint, replay_file
+from impala import checkpoint
 from impala.config import Config
 from impala.counters import Counters
 from impala.distributed import Backend
-from impala.mixing import UnrollReplay
+from impala.unroll import replay_file
+from impala.unroll.replay import UnrollReplay
 
 log = logging.getLogger("learner")
 

@@ -3,8 +3,8 @@
 `UnrollReceiver` reads the socket on a thread of its own, validates each message (wire
 format, then values) and copies it straight into a preallocated batch, so the next batch is
 assembled while the current one trains; it answers weight requests from what the training
-loop published, and runs the frame-stream restart protocol (framestack.py). The unroll
-itself is unroll.py's (`UnrollReader`). Any message that fails in any way is a counted drop.
+loop published, and runs the frame-stream restart protocol (unroll/framestack.py). The unroll
+itself is impala/unroll/'s (`UnrollReader`). Any message that fails in any way is a counted drop.
 
 What the learner uses: `serve` (the socket bound, its batches and the thread started), then
 `publish`, `counts`, `raise_if_stopped` (the thread ended by itself: why), `address` and
@@ -24,9 +24,7 @@ import torch
 
 from impala.auth import RunKeys
 from impala.config import Config, learner_io_threads, parse_host_port
-from impala.framestack import StreamGap
 from impala.process import name_os_thread
-from impala.rollout import BatchQueue
 from impala.transport import (
     MAX_HEADER_BYTES,
     DropLog,
@@ -37,8 +35,10 @@ from impala.transport import (
     encode,
     meta_int,
 )
-from impala.unroll import UnrollLayout
-from impala.unroll_reader import MAX_COUNTER, UnrollReader
+from impala.unroll.batches import BatchQueue
+from impala.unroll.framestack import StreamGap
+from impala.unroll.layout import UnrollLayout
+from impala.unroll.reader import MAX_COUNTER, UnrollReader
 
 log = logging.getLogger("learner")
 

@@ -20,7 +20,7 @@ def scheduled_learning_rate(base: float, frames: int, budget: int, hold_fraction
 
 @dataclass(frozen=True)
 class ReplaySchedule:
-    """Replayed unrolls per fresh one (mixing.py): `initial` until the run has
+    """Replayed unrolls per fresh one (unroll/replay.py): `initial` until the run has
     `initial_frames` fresh frames, then `ratio` (--initial_replay_ratio,
     --initial_replay_frames, --replay_ratio)."""
 

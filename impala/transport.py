@@ -10,9 +10,9 @@ shapes) and raises `WireError` with a short reason for anything else; callers dr
 message, count the reason and log the sender, and carry on.
 
 Sockets: each learner binds one ROUTER socket. Its actors connect DEALER sockets and send
-`unroll` (or `unroll_continued`, see framestack.py) and `weights_request` messages; the
+`unroll` (or `unroll_continued`, see unroll/framestack.py) and `weights_request` messages; the
 learner answers a request with `weights` when it has a newer version than the actor's,
-else with `no_update`; either answer may carry `restart_streams` (framestack.py). ZeroMQ
+else with `no_update`; either answer may carry `restart_streams` (unroll/framestack.py). ZeroMQ
 high-water marks bound every queue, so a slow learner pushes back on its actors. With
 `--auth=curve` (the default) both ends are CurveZMQ-encrypted and a learner admits only
 the run's actors (auth.py).

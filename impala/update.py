@@ -19,11 +19,11 @@ import torch
 
 from impala.algorithm import Learning
 from impala.distributed import Backend
-from impala.mixing import UnrollReplay
 from impala.nets import Agent
-from impala.rollout import Batch, core_state, to_device, with_stacks
 from impala.schedules import scheduled_learning_rate
 from impala.step import StepResult, learn_step, torso_health, untimed
+from impala.unroll.batches import Batch, core_state, to_device, with_stacks
+from impala.unroll.replay import UnrollReplay
 
 if TYPE_CHECKING:
     from impala.config import Config

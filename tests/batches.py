@@ -8,12 +8,12 @@ import torch
 
 from impala.envs import describe_env
 from impala.flags import parse_config
-from impala.mixing import UnrollReplay
 from impala.nets import build_agent
 from impala.registry import build_algorithm
-from impala.rollout import Batch
-from impala.unroll import UnrollLayout
-from impala.unroll_reader import EpisodeStats, Unroll
+from impala.unroll.batches import Batch
+from impala.unroll.layout import UnrollLayout
+from impala.unroll.reader import EpisodeStats, Unroll
+from impala.unroll.replay import UnrollReplay
 
 T, B = 6, 3
 

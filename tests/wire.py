@@ -9,8 +9,8 @@ import numpy as np
 
 from impala.algorithms.impala import Impala
 from impala.receiver import UnrollReceiver
-from impala.rollout import BatchQueue, UnrollLayout
 from impala.transport import LearnerSocket, encode
+from impala.unroll.batches import BatchQueue, UnrollLayout
 from tests.helpers import dealer_to, free_port, wait_for
 
 # A flat-observation unroll (CartPole-like: 4 floats, 2 actions, no core state).

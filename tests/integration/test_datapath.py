@@ -20,7 +20,7 @@ import torch
 
 from impala.actor import Actor
 from impala.config import Config
-from impala.rollout import BatchQueue
+from impala.unroll.batches import BatchQueue
 from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
 from tests.wire import start_receiver, stop_receiver

@@ -25,7 +25,7 @@ from impala.optim import RMSpropTF
 from impala.receiver import ReceiverStopped
 from impala.step import learn_step
 from impala.transport import LearnerSocket, encode
-from impala.unroll_reader import UnrollReader
+from impala.unroll.reader import UnrollReader
 from tests.helpers import (
     dealer_to,
     free_port,

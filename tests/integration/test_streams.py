@@ -18,11 +18,11 @@ from impala.actor import Actor, WeightsClient
 from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.envs import EnvConfig, create_env
-from impala.framestack import FrameStreams, StreamGap, rebuild_stacks, split_stacks
 from impala.nets import create_agent
 from impala.receiver import UnrollReceiver
-from impala.rollout import BatchQueue, UnrollLayout
 from impala.transport import ActorSocket, FieldSpec, decode, encode
+from impala.unroll.batches import BatchQueue, UnrollLayout
+from impala.unroll.framestack import FrameStreams, StreamGap, rebuild_stacks, split_stacks
 from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
 from tests.wire import serving, start_receiver, stop_receiver

@@ -16,8 +16,8 @@ from impala.distributed import SingleLearner
 from impala.learner import Learner
 from impala.logs import LearnerLogs
 from impala.receiver import ReceiverCounts, ReceiverStopped
-from impala.rollout import BatchQueue
-from impala.unroll_reader import EpisodeStats
+from impala.unroll.batches import BatchQueue
+from impala.unroll.reader import EpisodeStats
 from tests.helpers import read_csv
 
 T, B = 5, 2

@@ -17,13 +17,13 @@ import torch
 from impala.algorithm import IMPORTANCE_WEIGHT, REPLAYED
 from impala.distributed import SingleLearner
 from impala.envs import describe_env
-from impala.framestack import rebuild_stacks, stacks_from_frames
-from impala.mixing import UnrollReplay
 from impala.nets import build_agent
 from impala.optim import RMSpropTF
 from impala.publisher import WeightPublisher
-from impala.rollout import Batch, core_state, with_stacks
-from impala.unroll import EPISODE_START, FRAMES, OBSERVATION
+from impala.unroll.batches import Batch, core_state, with_stacks
+from impala.unroll.framestack import rebuild_stacks, stacks_from_frames
+from impala.unroll.layout import EPISODE_START, FRAMES, OBSERVATION
+from impala.unroll.replay import UnrollReplay
 from impala.update import Update, UpdateConfig, read_to_host, tensor_operations
 from tests.batches import B, T, pong_learner, random_batch
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from impala.envs import EnvConfig, create_env
-from impala.framestack import rebuild_stacks, split_stacks, stack_indices
+from impala.unroll.framestack import rebuild_stacks, split_stacks, stack_indices
 
 
 def test_indices_without_and_with_resets():

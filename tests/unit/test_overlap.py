@@ -11,16 +11,16 @@ import torch
 from impala.algorithms.apex import ApeX
 from impala.environment_loop import EnvStep
 from impala.envs import EnvConfig, create_env
-from impala.rollout import Batch
 from impala.transport import decode
-from impala.unroll import (
+from impala.unroll.batches import Batch
+from impala.unroll.layout import (
     ACTION,
     DONE,
     OBSERVATION,
     UnrollLayout,
-    UnrollWriter,
 )
-from impala.unroll_reader import UnrollReader
+from impala.unroll.reader import UnrollReader
+from impala.unroll.writer import UnrollWriter
 
 LEVEL = "impala/DelayedCue-v0"  # frame-stacked, resets every 30 steps
 

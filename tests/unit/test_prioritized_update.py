@@ -11,9 +11,9 @@ import torch
 
 from impala.algorithm import IMPORTANCE_WEIGHT, REPLAYED, Learning, LossResult
 from impala.distributed import SingleLearner
-from impala.mixing import UnrollReplay
 from impala.optim import RMSpropTF
 from impala.schedules import ReplaySchedule
+from impala.unroll.replay import UnrollReplay
 from impala.update import Update, UpdateConfig
 from tests.batches import B, pong_learner, random_batch
 

@@ -14,13 +14,13 @@ import torch.nn.functional as F
 from impala.algorithms.impala import Impala
 from impala.algorithms.impala import loss as losses
 from impala.flags import parse_config
-from impala.mixing import UnrollReplay, replayed_count
 from impala.presets import NO_PRESET, config_from_flags, preset_defaults
-from impala.replay import ReplayMemory, SumTree
-from impala.rollout import Batch
 from impala.schedules import ReplaySchedule
-from impala.unroll import UnrollLayout
-from impala.unroll_reader import EpisodeStats, Unroll
+from impala.unroll.batches import Batch
+from impala.unroll.layout import UnrollLayout
+from impala.unroll.reader import EpisodeStats, Unroll
+from impala.unroll.replay import UnrollReplay, replayed_count
+from impala.unroll.replay_memory import ReplayMemory, SumTree
 from tests.helpers import run
 from tests.replay_items import FIELDS, items
 

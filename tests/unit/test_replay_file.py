@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from impala import replay_file
-from impala.replay import ReplayMemory
 from impala.transport import FieldSpec
+from impala.unroll import replay_file
+from impala.unroll.replay_memory import ReplayMemory
 from tests.replay_items import FIELDS, items
 
 

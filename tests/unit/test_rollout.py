@@ -6,10 +6,11 @@ import numpy as np
 
 from impala.algorithms.impala import Impala
 from impala.environment_loop import EnvStep
-from impala.rollout import BatchQueue
 from impala.transport import Message, WireError, decode
-from impala.unroll import UnrollLayout, UnrollWriter
-from impala.unroll_reader import EpisodeStats, Unroll, UnrollReader, parse_unroll_meta
+from impala.unroll.batches import BatchQueue
+from impala.unroll.layout import UnrollLayout
+from impala.unroll.reader import EpisodeStats, Unroll, UnrollReader, parse_unroll_meta
+from impala.unroll.writer import UnrollWriter
 
 LAYOUT = UnrollLayout(unroll_length=3, observation_shape=(2,), observation_dtype="float32",
                       num_actions=2, core_shapes=((1, 5),), recorded=Impala.recorded)

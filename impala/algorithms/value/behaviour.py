@@ -31,7 +31,7 @@ from impala.algorithms.value.qlearning import (
     trained_steps,
 )
 from impala.nets import Agent
-from impala.unroll import RecordedSteps
+from impala.unroll.layout import RecordedSteps
 
 
 def heads_q(heads: dict[str, torch.Tensor]) -> torch.Tensor:

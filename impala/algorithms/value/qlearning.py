@@ -1,6 +1,6 @@
 """Value-based targets for Ape-X and R2D2, as pure functions of time-major tensors.
 
-An unroll holds steps 0..T (unroll.py's T+1 convention): step t has the observation x_t,
+An unroll holds steps 0..T (unroll/layout.py's T+1 convention): step t has the observation x_t,
 the reward r_t that arrived with it, `done_t` (x_t starts a new episode: the one before
 ended between t-1 and t) and the action a_t taken on it. The transition of step t is
 (x_t, a_t) -> r_{t+1}, x_{t+1}, with no bootstrap past an episode end.

@@ -3,7 +3,7 @@ sampled uniformly or by priority (Schaul et al. 2015, proportional variant).
 
 It knows nothing of IMPALA or DQN: it stores named arrays of fixed shapes (`FieldSpec`s),
 hands out samples with importance weights, and takes new priorities back. The learner
-decides what an item is (unroll.py's stored form) and what its priority means.
+decides what an item is (layout.py's stored form) and what its priority means.
 
 - Eviction: first in, first out (a ring over `capacity` slots).
 - New items enter with the largest priority seen so far, so each is likely to be sampled

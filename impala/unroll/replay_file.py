@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from impala.checkpoint import CheckpointError
-from impala.replay import ReplayMemory
+from impala.unroll.replay_memory import ReplayMemory
 
 FORMAT = "impala-mlma-replay/1"
 log = logging.getLogger("learner")

@@ -2,7 +2,7 @@
 about `replay_ratio` x B from the learner's own replay (LASER's scheme, Schmitt, Hessel,
 Simonyan 2019; every algorithm here trains this way).
 
-`UnrollReplay` keeps the stored form of the learner's fresh unrolls (unroll.py: frames once
+`UnrollReplay` keeps the stored form of the learner's fresh unrolls (layout.py: frames once
 per step) in a `ReplayMemory` and writes sampled ones into the columns after the fresh
 ones of a batch (rollout.Batch), with their importance weights and a flag saying which
 columns were replayed; the algorithm's loss reads both, and its error per column comes back
@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from impala.algorithm import IMPORTANCE_WEIGHT, REPLAYED
-from impala.replay import ReplayMemory, ReplaySample
-from impala.rollout import Batch
 from impala.schedules import ReplaySchedule
-from impala.unroll import UnrollLayout, write_batch_column
+from impala.unroll.batches import Batch
+from impala.unroll.layout import UnrollLayout, write_batch_column
+from impala.unroll.replay_memory import ReplayMemory, ReplaySample
 
 log = logging.getLogger("learner")
 

@@ -1,6 +1,6 @@
 """The learner's side of the unroll: `UnrollReader` checks everything an unroll message
 carries (it came from the network) and continues its frame stream; `Unroll` and
-`EpisodeStats` are what it hands on. The layout and the field names are unroll.py's.
+`EpisodeStats` are what it hands on. The layout and the field names are layout.py's.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from impala.framestack import FrameStreams
 from impala.transport import Message, WireError, meta_int
-from impala.unroll import (
+from impala.unroll.framestack import FrameStreams
+from impala.unroll.layout import (
     ACTION,
     EPISODE_LENGTHS,
     EPISODE_RETURNS,

@@ -1,8 +1,8 @@
 """How a learner batches unrolls: time-major arrays `[T+1, B, ...]` filled in place.
 
-The unroll's format is unroll.py's; here it is only copied into batch columns. A batch may
+The unroll's format is layout.py's; here it is only copied into batch columns. A batch may
 have room for replayed unrolls after its B fresh ones (the learner fills those columns from
-replay, see mixing.py) and may keep each fresh unroll's stored form for replay to keep.
+replay, see replay.py) and may keep each fresh unroll's stored form for replay to keep.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from impala.framestack import stacks_from_frames
-from impala.unroll import (
+from impala.unroll.framestack import stacks_from_frames
+from impala.unroll.layout import (
     CORE_PREFIX,
     EPISODE_START,
     FRAME_FIELDS,
@@ -25,7 +25,7 @@ from impala.unroll import (
     core_field,
     write_batch_column,
 )
-from impala.unroll_reader import EpisodeStats, Unroll
+from impala.unroll.reader import EpisodeStats, Unroll
 
 
 class Batch:
