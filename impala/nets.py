@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from impala.algorithm import Head
-from impala.torsos import ResNetTorso, flat_size
+from impala.torsos import ResNetTorso, flat_size, mlp_torso, nature_convs
 
 if TYPE_CHECKING:  # annotations only: the agents need no gymnasium
     from impala.algorithm import Algorithm
@@ -133,11 +133,7 @@ class MLPAgent(Agent):
                  heads: tuple[Head, ...], action_reward_inputs: bool = True,
                  hidden_size: int = 64) -> None:
         super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
-        inputs = math.prod(observation_shape)
-        self.mlp = nn.Sequential(
-            nn.Linear(inputs, hidden_size), nn.Tanh(),
-            nn.Linear(hidden_size, hidden_size), nn.Tanh(),
-        )
+        self.mlp = mlp_torso(math.prod(observation_shape), hidden_size)
         self._build_heads(hidden_size + self.extra_inputs)
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
@@ -152,13 +148,7 @@ class SimpleConvNetAgent(Agent):
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int,
                  heads: tuple[Head, ...], action_reward_inputs: bool = True) -> None:
         super().__init__(observation_shape, num_actions, heads, action_reward_inputs)
-        channels = observation_shape[0]
-        self.convs = nn.Sequential(
-            nn.Conv2d(channels, 32, kernel_size=8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )
+        self.convs = nature_convs(observation_shape[0])
         conv_out = flat_size(self.convs, observation_shape)
         self.fc = nn.Sequential(nn.Linear(conv_out, 512), nn.ReLU())
         self._build_heads(512 + self.extra_inputs)

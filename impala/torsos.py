@@ -1,11 +1,29 @@
-"""Convolutional building blocks of the agents (nets.py): IMPALA's deep residual torso, and
-the size of a torso's flat output for an observation shape."""
+"""The agents' torsos, observation in, features out: two tanh layers for vectors, Nature
+DQN's convolutions, and IMPALA's deep residual network. nets.py puts a torso, a core and the
+algorithm's heads together into an agent."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def mlp_torso(inputs: int, hidden_size: int) -> nn.Sequential:
+    """[B, inputs] -> [B, hidden_size]: two tanh layers."""
+    return nn.Sequential(nn.Linear(inputs, hidden_size), nn.Tanh(),
+                         nn.Linear(hidden_size, hidden_size), nn.Tanh())
+
+
+def nature_convs(channels: int) -> nn.Sequential:
+    """[B, channels, H, W] -> [B, flat]: Nature DQN's convolutions (32x8s4, 64x4s2, 64x3s1),
+    flattened; a fully connected layer follows them."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, kernel_size=8, stride=4), nn.ReLU(),
+        nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
+        nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
+        nn.Flatten(),
+    )
 
 
 class ResidualBlock(nn.Module):
@@ -47,5 +65,6 @@ class ResNetTorso(nn.Module):
 
 
 def flat_size(module: nn.Module, observation_shape: tuple[int, ...]) -> int:
+    """The size of `module`'s flat output for one observation of `observation_shape`."""
     with torch.no_grad():
         return int(module(torch.zeros(1, *observation_shape)).shape[-1])
