@@ -19,6 +19,9 @@ from tests.netns import BRIDGE_ADDRESS, NamespaceNetwork
 
 CTLD_PORT = 16817  # ports of this test cluster only, away from Slurm's 6817/6818
 SLURMD_PORT = 16818
+# A requeued job waits cred_expire + 1 s before it may start again (120 s by default): the
+# test cluster's short wait keeps the requeue tests to their point, the resume.
+CRED_EXPIRE_S = 10
 
 
 def unavailable_reason() -> str | None:
@@ -89,7 +92,7 @@ SlurmdPort={SLURMD_PORT}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}
+AuthInfo=socket={self.munge_socket},cred_expire={CRED_EXPIRE_S}
 CredType=cred/munge
 StateSaveLocation={state}
 SlurmdSpoolDir={self.workdir}/spool-%n
