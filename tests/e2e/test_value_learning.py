@@ -101,8 +101,9 @@ def test_apex_learns_a_reward_paid_25_steps_later_through_the_atari_data_path(tm
 
 
 # R2D2's greedy policy after the whole 60K budget on Recall played 5.00 over 100 episodes
-# in 24 runs of 24 (34-39 s each). A guess scores 0; a lost cue never gets far above it.
-R2D2_RECALL_GREEDY = 4.0
+# in 24 runs of 24 (34-39 s each). A guess scores 0, and a memoryless agent that carries
+# the cue in its last action (an input R2D2's LSTM also has) scored 3.9: the bar is above it.
+R2D2_RECALL_GREEDY = 4.75
 
 
 @pytest.mark.slow
