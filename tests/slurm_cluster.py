@@ -19,9 +19,10 @@ from tests.netns import BRIDGE_ADDRESS, NamespaceNetwork
 
 CTLD_PORT = 16817  # ports of this test cluster only, away from Slurm's 6817/6818
 SLURMD_PORT = 16818
-# A requeued job waits cred_expire + 1 s before it may start again (120 s by default): the
-# test cluster's short wait keeps the requeue tests to their point, the resume.
-CRED_EXPIRE_S = 10
+# A requeued job waits cred_expire + 1 s before it may start again (121 s by default): the
+# test cluster's shorter wait keeps the requeue tests to their point, the resume, while a
+# job step's credential still lasts long enough for a loaded machine to launch it.
+CRED_EXPIRE_S = 30
 
 
 def unavailable_reason() -> str | None:
