@@ -48,6 +48,7 @@ RANK_COLUMNS = ["time", "updates", "frames", "local_frames", "local_sps", "param
 # The algorithm's episode tags follow these (impala/algorithm.py `episode_tags`).
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 
+
 def setup_logging(log_file: Path | None, name: str) -> logging.Logger:
     """Log to stderr and, if given, to `log_file` (appending, so resumes keep history)."""
     root = logging.getLogger()

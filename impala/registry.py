@@ -62,9 +62,8 @@ def algorithm_class(key: str) -> type[Algorithm]:
     if ":" not in key:
         raise ValueError(f"--algorithm: unknown algorithm {key!r}; built in: "
                          f"{', '.join(builtin)}, or package.module:Class for one of your own")
-    module_name, _, class_name = key.partition(":")
     try:
-        value = getattr(importlib.import_module(module_name), class_name)
+        value = imported(key)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"--algorithm={key}: cannot import it ({exc})") from None
     if not (isinstance(value, type) and issubclass(value, Algorithm) and value.name):
@@ -107,8 +106,17 @@ def build_algorithm(cfg: Config) -> Algorithm:
 @cache
 def behaviour_class(path: str) -> type[Behaviour]:
     """The Behaviour class an algorithm's `behaviour` ("package.module:Class") names."""
-    module_name, _, class_name = path.partition(":")
-    value = getattr(importlib.import_module(module_name), class_name, None)
+    try:
+        value = imported(path)
+    except AttributeError:
+        value = None
     if not (isinstance(value, type) and issubclass(value, Behaviour)):
         raise ValueError(f"behaviour {path!r}: not an impala.algorithm.Behaviour subclass")
     return value
+
+
+def imported(path: str) -> object:
+    """What an import path "package.module:Name" names; ImportError or AttributeError where
+    there is no such module or name."""
+    module_name, _, name = path.partition(":")
+    return getattr(importlib.import_module(module_name), name)

@@ -1,4 +1,4 @@
-"""The value-based machinery Ape-X (apex.py) and R2D2 (r2d2.py) share: epsilon-greedy actors
+"""The value-based machinery Ape-X (`apex/`) and R2D2 (`r2d2/`) share: epsilon-greedy actors
 that record their Q-values and compute each unroll's first priority, and a learner that
 trains a dueling double-Q network on n-step targets against a target network copied every
 `--target_update_frames` frames, with an optional burn-in of the recurrent state.
