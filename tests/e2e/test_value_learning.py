@@ -109,10 +109,15 @@ R2D2_RECALL_GREEDY = 4.75
 @pytest.mark.slow
 def test_r2d2_remembers_a_cue_its_frame_stack_no_longer_shows(tmp_path):
     """impala/Recall-v0 shows its cue 7 steps before the answer, beyond a 4-frame stack:
-    R2D2's LSTM, with its stored state and burn-in, learns it within its budget, and the
-    learner's greedy policy then plays it over 100 episodes. The whole budget, not a stop
-    at the actors' first 4.5: their mean trails the learner, and such a stop once caught
-    the greedy policy between answers (2.6 and 3.38 in 2 runs of 23)."""
+    R2D2's LSTM learns it within its budget, and the learner's greedy policy then plays it
+    over 100 episodes. The whole budget, not a stop at the actors' first 4.5: their mean
+    trails the learner, and such a stop once caught the greedy policy between answers (2.6
+    and 3.38 in 2 runs of 23).
+
+    What this shows is the memory: an LSTM whose state is zeroed at every step fails it.
+    It cannot show the state stored at a sequence's start: the preset's sequences start 40
+    steps apart, on the resets of Recall's 40-step episodes, and the 40-step burn-in would
+    rebuild a cue 7 steps back anyway. test_datapath.py checks that stored state exactly."""
     r2d2 = ["--algorithm=r2d2", "--level_name=impala/Recall-v0"]
     train(tmp_path, [*r2d2, f"--total_environment_frames={RECALL_BUDGET}"], timeout=900)
     run_dir = tmp_path / "impala-Recall-v0_MLPLSTMAgent"

@@ -19,8 +19,16 @@ import numpy as np
 import torch
 
 from impala.actor import Actor
+from impala.algorithm import Learning, LossResult
+from impala.algorithms.value import Q_VALUES
+from impala.algorithms.value.behaviour import heads_q
 from impala.config import Config
-from impala.unroll.batches import BatchQueue
+from impala.distributed import SingleLearner
+from impala.flags import parse_config
+from impala.optim import RMSpropTF
+from impala.registry import build_algorithm
+from impala.unroll.batches import BatchQueue, core_state
+from impala.update import Update, UpdateConfig
 from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
 from tests.wire import start_receiver, stop_receiver
@@ -133,3 +141,78 @@ def test_batches_hold_exactly_what_the_actor_saw_and_did():
     # The record crossed what matters: lost lives and whole games over.
     assert sum(r.lives_lost for r in recorders) >= 4
     assert sum(r.resets for r in recorders) > num_envs, "no game ended"
+
+
+class CoreStateSeen(Learning):
+    """An algorithm's Learning that writes down the core state each loss was given."""
+
+    def __init__(self, inner: Learning) -> None:
+        self.inner = inner
+        self.seen: list[tuple[torch.Tensor, ...]] = []
+
+    def loss(self, model, batch, core_state) -> LossResult:
+        self.seen.append(tuple(t.clone() for t in core_state))
+        return self.inner.loss(model, batch, core_state)
+
+
+def test_a_recurrent_actors_stored_state_lets_the_learner_recompute_what_it_recorded():
+    """R2D2 on impala/Recall-v0 (an LSTM agent): each sequence carries the core state the
+    actor held before its first step. Started from that state, the same weights give, at
+    every step, exactly the Q values the actor recorded; started from zeros they do not.
+    A real update hands the loss that state. So a stored state that was zeroed, or taken
+    at the wrong step, by the actor or by the update, fails here. 74-step sequences
+    overlapping by 41 start 33 steps apart, across Recall's 40-step episodes: with the
+    preset's 81 steps every sequence would start on a reset, where any state is dropped."""
+    num_envs, batch_size, batches_wanted = 2, 2, 8
+    port = free_port()
+    cfg = parse_config(["--algorithm=r2d2", "--level_name=impala/Recall-v0",
+                        f"--num_envs={num_envs}", f"--batch_size={batch_size}",
+                        "--unroll_length=73", f"--learner_host=127.0.0.1:{port}", "--seed=5"])
+    stop = threading.Event()
+    actor = Actor(cfg, stop)
+    model = actor.model
+    with torch.no_grad():  # weights far from the initial ones, whose Q values hardly differ
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.2)
+    batches = BatchQueue(actor.layout, batch_size=batch_size, capacity=batches_wanted + 2)
+    receiver = start_receiver(port, actor.layout, batches, weights_arrays(model), version=0)
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    received = []  # kept, not released: each holds its own buffers
+    try:
+        def collect():
+            batch = batches.get(timeout=0.1)
+            if batch is not None:
+                received.append(batch)
+            return len(received) >= batches_wanted
+        wait_for(collect, 120, f"{batches_wanted} batches", interval=0)
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+        stop_receiver(receiver)
+        actor.close()
+    assert receiver.counts().dropped == 0
+
+    state_mattered = 0
+    for batch in received:
+        tensors = batch.tensors
+        inputs = [tensors[name] for name in ("observation", "last_action", "reward", "done")]
+        stored = core_state(tensors)  # each [L, B, H]
+        assert stored, "the recurrent layout has no core state"
+        with torch.no_grad():
+            from_stored, _ = model(*inputs, stored)
+            from_zero, _ = model(*inputs, tuple(torch.zeros_like(s) for s in stored))
+        recorded = tensors[Q_VALUES]  # [T + 1, B, A]
+        torch.testing.assert_close(heads_q(from_stored.heads), recorded, rtol=1e-4,
+                                   atol=1e-5)
+        first_step = (heads_q(from_zero.heads)[0] - recorded[0]).abs().amax(dim=-1)  # [B]
+        state_mattered += int((first_step > 1e-3).sum())
+    # Most sequences start mid-episode, where a zero state is not the actor's.
+    assert state_mattered >= batches_wanted * batch_size // 2, state_mattered
+
+    learning = CoreStateSeen(build_algorithm(cfg).learning(model))
+    update = Update(model, RMSpropTF(model.parameters(), lr=1e-4), SingleLearner(), learning,
+                    None, torch.device("cpu"), UpdateConfig.of(cfg))
+    update(received[-1], 0, 0, 1000)
+    for given, stored in zip(learning.seen[0], core_state(received[-1].tensors), strict=True):
+        torch.testing.assert_close(given, stored, rtol=0, atol=0)
