@@ -1,8 +1,9 @@
 """--slurm on a real Slurm cluster (munged, slurmctld, three slurmd, each node in a network
 namespace of its own): the example batch script trains CartPole to its budget with two
 learners in sync and two actors, every host taken from the allocation; scancel stops a run
-cleanly, with its checkpoint saved and nothing left running; a requeued job, and one that
-reaches its time limit, stops with its checkpoint, comes back by itself and finishes."""
+cleanly, with its checkpoint saved and nothing left running, and the same command submitted
+again resumes it; a requeued job, and one warned of its time limit, stops with its
+checkpoint, comes back by itself and finishes."""
 
 from __future__ import annotations
 
@@ -67,10 +68,15 @@ def test_sbatch_trains_with_two_learners_in_sync_on_the_allocation(cluster, tmp_
     assert not jobs_in_queue(cluster)
 
 
-def test_scancel_stops_the_whole_run_with_its_checkpoint(cluster, tmp_path):
+def test_scancel_stops_the_whole_run_with_its_checkpoint_and_submitting_again_resumes(
+        cluster, tmp_path):
+    """scancel ends a job as its hard time limit does (SIGTERM, then SIGKILL after
+    KillWait): the run stops cleanly with its checkpoint and nothing left running, and the
+    same command, submitted again by hand, resumes from that checkpoint to its budget."""
     session = "impala-test-slurm-cancel"
     output = tmp_path / "job.out"
-    submitted = sbatch(cluster, tmp_path, session, 100_000_000, wait=False)
+    budget = 100_000
+    submitted = sbatch(cluster, tmp_path, session, budget, wait=False)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
@@ -86,6 +92,14 @@ def test_scancel_stops_the_whole_run_with_its_checkpoint(cluster, tmp_path):
     assert "interrupted: stopping the whole run" in output.read_text()
     wait_for(lambda: not processes_mentioning(str(tmp_path)), 30, "no process of the run left")
     assert not tmux_has(session)
+    stopped_at = last_value(run_dir / "logs.csv", "frames")
+    assert stopped_at < budget, "the budget was reached before scancel: nothing to resume"
+
+    again = sbatch(cluster, tmp_path, session, budget, wait=True)
+    assert again.returncode == 0, again.stdout + again.stderr + output.read_text()[-3000:]
+    assert f"resumed from {run_dir / 'checkpoint.pt'}" in (run_dir / "learner-0.log").read_text()
+    assert_resumed_to_the_budget(tmp_path, budget)
+    assert not jobs_in_queue(cluster)
 
 
 def job_state(cluster: SlurmCluster, job: str) -> str:

@@ -54,7 +54,7 @@ INITIAL_REPLAYED_SHARE = (PRESETS["atari"]["initial_replay_ratio"]
 
 class CartPoleRun(NamedTuple):
     run_dir: Path
-    best_mean: float  # the best mean raw return over 100 episodes
+    final_mean: float  # the mean raw return of the last 100 episodes, at the budget
     stderr: str
 
 
@@ -65,18 +65,19 @@ def cartpole_with_the_defaults(logdir: Path) -> CartPoleRun:
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = logdir / RUN
     episodes = read_csv(run_dir / "episodes-0.csv")
-    best_mean = episodes["episode_return"].rolling(100).mean().max()
-    return CartPoleRun(run_dir, best_mean, result.stderr)
+    final_mean = episodes["episode_return"].iloc[-100:].mean()
+    return CartPoleRun(run_dir, final_mean, result.stderr)
 
 
 def test_cartpole_is_learned_within_the_frame_budget_with_the_defaults(tmp_path):
     """One learner and two actor processes, no flag but the level and the agent (the
-    classic preset decides the rest, its frame budget included); the mean raw return over
-    the last 100 episodes reaches CARTPOLE_LEARNED within the 300K frames."""
+    classic preset decides the rest, its frame budget included); the mean raw return of
+    the last 100 episodes, at the end of the 300K frames, is at least CARTPOLE_LEARNED: a
+    policy that learned and then fell apart fails."""
     result = cartpole_with_the_defaults(tmp_path)
-    assert result.best_mean >= CARTPOLE_LEARNED, (
-        f"best mean return over 100 episodes {result.best_mean:.1f} in {CARTPOLE_BUDGET} "
-        "frames")
+    assert result.final_mean >= CARTPOLE_LEARNED, (
+        f"mean return of the last 100 episodes {result.final_mean:.1f} at the end of "
+        f"{CARTPOLE_BUDGET} frames")
     # The run directory holds what docs/run-directory.md promises.
     run_dir = result.run_dir
     logs = read_csv(run_dir / "logs.csv")
