@@ -26,8 +26,9 @@ from impala.config import Config
 from impala.distributed import SingleLearner
 from impala.flags import parse_config
 from impala.optim import RMSpropTF
+from impala.receiver import ReceiverCounts
 from impala.registry import build_algorithm
-from impala.unroll.batches import BatchQueue, core_state
+from impala.unroll.batches import Batch, BatchQueue, core_state
 from impala.update import Update, UpdateConfig
 from impala.weights import weights_arrays
 from tests.helpers import free_port, wait_for
@@ -78,36 +79,44 @@ class Recorder(gym.Wrapper):
         return observation, reward, terminated, truncated, info
 
 
+def batches_from(actor: Actor, port: int, batch_size: int, count: int,
+                 timeout: float) -> tuple[list[Batch], ReceiverCounts]:
+    """Run `actor` against a real receiver on `port`, which publishes the actor's own
+    weights as version 0, until `count` batches arrived: those batches (kept, never
+    released, so each holds its own buffers) and the receiver's counts."""
+    batches = BatchQueue(actor.layout, batch_size=batch_size, capacity=count + 2)
+    receiver = start_receiver(port, actor.layout, batches, weights_arrays(actor.model),
+                              version=0)
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    received: list[Batch] = []
+    try:
+        def collect():
+            batch = batches.get(timeout=0.1)
+            if batch is not None:
+                received.append(batch)
+            return len(received) >= count
+        wait_for(collect, timeout, f"{count} batches", interval=0)
+    finally:
+        actor.stop.set()
+        thread.join(timeout=15)
+        stop_receiver(receiver)
+        actor.close()
+    return received, receiver.counts()
+
+
 def test_batches_hold_exactly_what_the_actor_saw_and_did():
     num_envs, batch_size, batches_wanted = 4, 4, 40
     port = free_port()
     cfg = Config(level_name="BreakoutNoFrameskip-v4", num_envs=num_envs, unroll_length=T,
                  learner_host=f"127.0.0.1:{port}", seed=3)
-    stop = threading.Event()
-    actor = Actor(cfg, stop)
+    actor = Actor(cfg, threading.Event())
     recorders = [Recorder(env) for env in actor.envs.envs]
     actor.envs.envs = recorders
-    weights = weights_arrays(actor.model)
     model = actor.model  # holds the published weights from the first answer on
-    batches = BatchQueue(actor.layout, batch_size=batch_size, capacity=batches_wanted + 2)
-    receiver = start_receiver(port, actor.layout, batches, weights, version=0)
-    thread = threading.Thread(target=actor.run, daemon=True)
-    thread.start()
-    received = []
-    try:
-        def collect():
-            batch = batches.get(timeout=0.1)
-            if batch is not None:
-                received.append({name: a.copy() for name, a in batch.arrays.items()})
-                batches.release(batch)
-            return len(received) >= batches_wanted
-        wait_for(collect, 180, f"{batches_wanted} batches", interval=0)
-    finally:
-        stop.set()
-        thread.join(timeout=15)
-        stop_receiver(receiver)
-        actor.close()
-    assert receiver.counts().dropped == 0 and receiver.counts().stream_restarts == 0
+    batches, counts = batches_from(actor, port, batch_size, batches_wanted, timeout=180)
+    assert counts.dropped == 0 and counts.stream_restarts == 0
+    received = [batch.arrays for batch in batches]
 
     # One actor sends its envs' unrolls in order: unroll u is env u % N, set u // N.
     checked_steps = 0
@@ -168,30 +177,13 @@ def test_a_recurrent_actors_stored_state_lets_the_learner_recompute_what_it_reco
     cfg = parse_config(["--algorithm=r2d2", "--level_name=impala/Recall-v0",
                         f"--num_envs={num_envs}", f"--batch_size={batch_size}",
                         "--unroll_length=73", f"--learner_host=127.0.0.1:{port}", "--seed=5"])
-    stop = threading.Event()
-    actor = Actor(cfg, stop)
+    actor = Actor(cfg, threading.Event())
     model = actor.model
     with torch.no_grad():  # weights far from the initial ones, whose Q values hardly differ
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.2)
-    batches = BatchQueue(actor.layout, batch_size=batch_size, capacity=batches_wanted + 2)
-    receiver = start_receiver(port, actor.layout, batches, weights_arrays(model), version=0)
-    thread = threading.Thread(target=actor.run, daemon=True)
-    thread.start()
-    received = []  # kept, not released: each holds its own buffers
-    try:
-        def collect():
-            batch = batches.get(timeout=0.1)
-            if batch is not None:
-                received.append(batch)
-            return len(received) >= batches_wanted
-        wait_for(collect, 120, f"{batches_wanted} batches", interval=0)
-    finally:
-        stop.set()
-        thread.join(timeout=15)
-        stop_receiver(receiver)
-        actor.close()
-    assert receiver.counts().dropped == 0
+    received, counts = batches_from(actor, port, batch_size, batches_wanted, timeout=120)
+    assert counts.dropped == 0
 
     state_mattered = 0
     for batch in received:
