@@ -3,6 +3,7 @@ and local_workers_example.csv in tests/e2e/test_frontend.py.)"""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -51,3 +52,21 @@ def test_each_r2d2_variant_builds_with_its_preset_and_acts(variant):
                                 parts.model.initial_state(1))
     actions, recorded = parts.algorithm.exploration(0, 1, 1).act(output.heads)
     assert actions.shape == (1,) and recorded.shape == (1, 6)
+
+
+def test_policy_sharpness_plays_a_checkpoint_sampled_and_greedily(tmp_path):
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    flags = {"level_name": "CartPole-v1", "agent_name": "MLPAgent", "algorithm": "impala"}
+    cfg = parse_config([f"--{k}={v}" for k, v in flags.items()])
+    model = build_agent("MLPAgent", describe_env(cfg.env_config), algorithm_class("impala"))
+    run_dir.mkdir()
+    checkpoint.save(run_dir / "checkpoint.pt", model, None, {"frames": 321, "updates": 2},
+                    cfg.to_dict())
+    (run_dir / "meta.json").write_text(json.dumps({"flags": flags}))
+    out = subprocess.run([sys.executable, "sandbox/policy_sharpness.py",
+                          f"--run_dir={run_dir}", "--episodes=2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert "321 frames; a uniform policy's entropy 0.693 nats" in out.stdout, out.stdout
+    for acting in ("sampled", "greedy"):
+        assert re.search(rf"\| {acting} \| [0-9.]+ \| [0-9.]+ \| \d+ \| 0\.6\d\d \| 0\.5\d\d \|",
+                         out.stdout), out.stdout + out.stderr
