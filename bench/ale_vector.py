@@ -1,0 +1,128 @@
+"""Whether ale-py's own vector environment (`ale_py.vector_env.AtariVectorEnv`, C++ threads
+doing the DeepMind preprocessing) would make this toolkit's actors cheaper per frame.
+
+Two measurements, side by side in the same minutes:
+- **the same frames**: an actor sends each frame once (the learner rebuilds the stacks), so
+  what must match is the single preprocessed frame. With sticky actions and no-op starts
+  off (both deterministic), both pipelines play the same random actions from the same
+  reset, and every frame is compared pixel by pixel: once without pressing FIRE at reset,
+  once with each pipeline's own FIRE reset;
+- **the cost**: core-milliseconds per agent step (the process's CPU time, its threads
+  included, over the steps made), under the ALE v5 protocol the suite trains on (sticky
+  actions 0.25, 30 no-op starts), this toolkit's environments stepped one at a time as an
+  actor steps them, against one AtariVectorEnv of the same N environments giving single
+  frames.
+
+  .venv/bin/python bench/ale_vector.py [--game=Breakout] [--envs=8] [--seconds=10] [--rounds=3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.wrappers import AtariPreprocessing
+
+from impala.envs import EnvConfig, FireOnReset, create_env
+
+
+def toolkit_deterministic(game: str, fire_reset: bool) -> gym.Env:
+    """This toolkit's Atari pipeline (envs.py) up to the frame an actor sends, with sticky
+    actions and no-op starts off."""
+    env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0)
+    env = AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84,
+                             terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    return FireOnReset(env) if fire_reset else env
+
+
+def vector(game: str, envs: int, deterministic: bool, fire_reset: bool = True
+           ) -> AtariVectorEnv:
+    """Single frames [N, 1, 84, 84], as an actor would send them."""
+    return AtariVectorEnv(game=game.lower(), num_envs=envs, num_threads=1,
+                          repeat_action_probability=0.0 if deterministic else 0.25,
+                          noop_max=0 if deterministic else 30, stack_num=1,
+                          episodic_life=False, reward_clipping=False,
+                          use_fire_reset=fire_reset)
+
+
+def compare_frames(game: str, steps: int, fire_reset: bool) -> tuple[int, int, float]:
+    """(frames compared, frames that differ, largest pixel difference) over one
+    deterministic game played with the same random actions by both pipelines."""
+    ours = toolkit_deterministic(game, fire_reset)
+    theirs = vector(game, 1, deterministic=True, fire_reset=fire_reset)
+    mine, _ = ours.reset(seed=0)
+    other, _ = theirs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    differing, largest, compared = 0, 0.0, 0
+    for _ in range(steps):
+        gap = np.abs(np.asarray(mine, np.int16) - np.asarray(other[0, 0], np.int16))
+        differing += int(gap.max() > 0)
+        largest = max(largest, float(gap.max()))
+        compared += 1
+        action = int(rng.integers(0, ours.action_space.n))
+        mine, _, terminated, truncated, _ = ours.step(action)
+        other, _, vector_end, vector_cut, _ = theirs.step(np.array([action]))
+        if terminated or truncated or vector_end[0] or vector_cut[0]:
+            break
+    ours.close()
+    theirs.close()
+    return compared, differing, largest
+
+
+def toolkit_ms_per_step(game: str, envs: int, seconds: float) -> float:
+    pool = [create_env(EnvConfig(f"ALE/{game}-v5"), seed=i) for i in range(envs)]
+    for env in pool:
+        env.reset()
+    rng = np.random.default_rng(0)
+    actions = pool[0].action_space.n
+    steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for env in pool:
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(0, actions)))
+            if terminated or truncated:
+                env.reset()
+            steps += 1
+    for env in pool:
+        env.close()
+    return 1000.0 * (time.process_time() - cpu0) / steps
+
+
+def vector_ms_per_step(game: str, envs: int, seconds: float) -> float:
+    env = vector(game, envs, deterministic=False)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = env.single_action_space.n
+    steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        env.step(rng.integers(0, actions, envs))  # finished games reset by themselves
+        steps += envs
+    env.close()
+    return 1000.0 * (time.process_time() - cpu0) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--game", default="Breakout")
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating pairs")
+    parser.add_argument("--compare_steps", type=int, default=2000)
+    args = parser.parse_args()
+    for fire_reset in (False, True):
+        compared, differing, largest = compare_frames(args.game, args.compare_steps,
+                                                      fire_reset)
+        print(f"frames, FIRE at reset {'on' if fire_reset else 'off'}: {differing} of "
+              f"{compared} differ (largest pixel difference {largest:.0f})", flush=True)
+    for round_ in range(args.rounds):
+        ours = toolkit_ms_per_step(args.game, args.envs, args.seconds)
+        theirs = vector_ms_per_step(args.game, args.envs, args.seconds)
+        print(f"round {round_ + 1}: toolkit {ours:.3f} core-ms per agent step, "
+              f"AtariVectorEnv {theirs:.3f} ({ours / theirs:.2f}x)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
