@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import re
 import subprocess
 import sys
 
@@ -124,3 +125,13 @@ def test_the_thread_sampler_names_a_log_that_is_not_there_yet(tmp_path):
     result = subprocess.run([sys.executable, "bench/threads.py", "--pid_from", str(missing)],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "no 'rank 0 (pid N)' in it yet" in result.stderr
+
+
+def test_the_ale_vector_bench_compares_frames_and_costs():
+    out = subprocess.run([sys.executable, "bench/ale_vector.py", "--envs=2", "--seconds=0.5",
+                          "--rounds=1", "--compare_steps=50"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "frames, FIRE at reset off: 0 of 50 differ (largest pixel difference 0)" in out, out
+    assert "frames, FIRE at reset on:" in out
+    assert re.search(r"round 1: toolkit [0-9.]+ core-ms per agent step, AtariVectorEnv "
+                     r"[0-9.]+ \([0-9.]+x\)", out), out
