@@ -7,6 +7,9 @@ side, every observation, action, reward, life loss and reset. Every batch is che
 against that record: observations (after the frame-stream rebuild), actions, last
 actions, rewards, done flags, and the behaviour logits recomputed with the published
 weights. An off-by-one anywhere in the data path fails here.
+
+A recurrent actor (R2D2 on Recall) is checked the same way for the core state each unroll
+carries: from it, the learner's network recomputes every value the actor recorded.
 """
 
 from __future__ import annotations
