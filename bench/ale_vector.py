@@ -24,9 +24,10 @@ import time
 import gymnasium as gym
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
+from envpool_compare import toolkit_ms_per_step  # the same loop EnvPool was measured by
 from gymnasium.wrappers import AtariPreprocessing
 
-from impala.envs import EnvConfig, FireOnReset, create_env
+from impala.envs import FireOnReset
 
 
 def toolkit_deterministic(game: str, fire_reset: bool) -> gym.Env:
@@ -72,24 +73,6 @@ def compare_frames(game: str, steps: int, fire_reset: bool) -> tuple[int, int, f
     return compared, differing, largest
 
 
-def toolkit_ms_per_step(game: str, envs: int, seconds: float) -> float:
-    pool = [create_env(EnvConfig(f"ALE/{game}-v5"), seed=i) for i in range(envs)]
-    for env in pool:
-        env.reset()
-    rng = np.random.default_rng(0)
-    actions = pool[0].action_space.n
-    steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for env in pool:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(0, actions)))
-            if terminated or truncated:
-                env.reset()
-            steps += 1
-    for env in pool:
-        env.close()
-    return 1000.0 * (time.process_time() - cpu0) / steps
-
-
 def vector_ms_per_step(game: str, envs: int, seconds: float) -> float:
     env = vector(game, envs, deterministic=False)
     env.reset(seed=0)
@@ -118,7 +101,7 @@ def main() -> None:
         print(f"frames, FIRE at reset {'on' if fire_reset else 'off'}: {differing} of "
               f"{compared} differ (largest pixel difference {largest:.0f})", flush=True)
     for round_ in range(args.rounds):
-        ours = toolkit_ms_per_step(args.game, args.envs, args.seconds)
+        ours = toolkit_ms_per_step(args.envs, args.seconds, f"ALE/{args.game}-v5")
         theirs = vector_ms_per_step(args.game, args.envs, args.seconds)
         print(f"round {round_ + 1}: toolkit {ours:.3f} core-ms per agent step, "
               f"AtariVectorEnv {theirs:.3f} ({ours / theirs:.2f}x)", flush=True)

@@ -38,15 +38,19 @@ def envpool_ms_per_step(envs: int, seconds: float) -> float:
     return 1000.0 * (time.process_time() - cpu0) / steps
 
 
-def toolkit_ms_per_step(envs: int, seconds: float) -> float:
-    pool = [create_env(EnvConfig("PongNoFrameskip-v4"), seed=i) for i in range(envs)]
+def toolkit_ms_per_step(envs: int, seconds: float, level: str = "PongNoFrameskip-v4"
+                        ) -> float:
+    """Core-ms per agent step of `envs` of this toolkit's environments of `level`, stepped
+    one at a time with random actions as an actor steps them."""
+    pool = [create_env(EnvConfig(level), seed=i) for i in range(envs)]
     for env in pool:
         env.reset()
     rng = np.random.default_rng(0)
+    actions = pool[0].action_space.n
     steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for env in pool:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(0, 6)))
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(0, actions)))
             if terminated or truncated:
                 env.reset()
             steps += 1

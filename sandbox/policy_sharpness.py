@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from impala.algorithms.impala import POLICY  # noqa: E402
+from impala.algorithms.impala.loss import sample_actions  # noqa: E402
 from impala.diagnose import run_config  # noqa: E402
 from impala.envs import create_env  # noqa: E402
 from impala.evaluate import play_agent, play_episodes  # noqa: E402
@@ -45,7 +46,7 @@ class Sharpness:
         self.top_probabilities.extend(probabilities.amax(dim=-1).flatten().tolist())
         if self.greedy:
             return logits.argmax(dim=-1)
-        return torch.multinomial(probabilities.flatten(0, 1), 1).view(logits.shape[:-1])
+        return sample_actions(logits)  # the draw IMPALA evaluates and acts with
 
 
 def main(argv: list[str] | None = None) -> int:

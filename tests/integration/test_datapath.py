@@ -25,7 +25,7 @@ from impala.actor import Actor
 from impala.algorithm import Learning, LossResult
 from impala.algorithms.value import Q_VALUES
 from impala.algorithms.value.behaviour import heads_q
-from impala.config import Config
+from impala.config import Config, parse_host_port
 from impala.distributed import SingleLearner
 from impala.flags import parse_config
 from impala.optim import RMSpropTF
@@ -82,12 +82,13 @@ class Recorder(gym.Wrapper):
         return observation, reward, terminated, truncated, info
 
 
-def batches_from(actor: Actor, port: int, batch_size: int, count: int,
+def batches_from(actor: Actor, batch_size: int, count: int,
                  timeout: float) -> tuple[list[Batch], ReceiverCounts]:
-    """Run `actor` against a real receiver on `port`, which publishes the actor's own
+    """Run `actor` against a real receiver on its learner's port, which publishes its own
     weights as version 0, until `count` batches arrived: those batches (kept, never
     released, so each holds its own buffers) and the receiver's counts."""
     batches = BatchQueue(actor.layout, batch_size=batch_size, capacity=count + 2)
+    _, port = parse_host_port(actor.cfg.learner_host)
     receiver = start_receiver(port, actor.layout, batches, weights_arrays(actor.model),
                               version=0)
     thread = threading.Thread(target=actor.run, daemon=True)
@@ -117,7 +118,7 @@ def test_batches_hold_exactly_what_the_actor_saw_and_did():
     recorders = [Recorder(env) for env in actor.envs.envs]
     actor.envs.envs = recorders
     model = actor.model  # holds the published weights from the first answer on
-    batches, counts = batches_from(actor, port, batch_size, batches_wanted, timeout=180)
+    batches, counts = batches_from(actor, batch_size, batches_wanted, timeout=180)
     assert counts.dropped == 0 and counts.stream_restarts == 0
     received = [batch.arrays for batch in batches]
 
@@ -185,7 +186,7 @@ def test_a_recurrent_actors_stored_state_lets_the_learner_recompute_what_it_reco
     with torch.no_grad():  # weights far from the initial ones, whose Q values hardly differ
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.2)
-    received, counts = batches_from(actor, port, batch_size, batches_wanted, timeout=120)
+    received, counts = batches_from(actor, batch_size, batches_wanted, timeout=120)
     assert counts.dropped == 0
 
     state_mattered = 0
