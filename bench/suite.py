@@ -1,7 +1,7 @@
 """The benchmark suite: a list of games, each trained with the defaults, stopped and started
 again at will, each finished run a row of results/runs.csv with its episodes file.
 
-  .venv/bin/python bench/suite.py                       # Atari-5, IMPALA, 10M frames, seed 1
+  .venv/bin/python bench/suite.py                       # Atari-5, Pong, Breakout, 10M frames
   .venv/bin/python bench/suite.py --games=Pong,Breakout --seed=2
   .venv/bin/python bench/suite.py --status              # where each run stands; starts nothing
 
@@ -40,7 +40,10 @@ from pathlib import Path
 import common
 import pandas as pd
 
-SUITES = {"atari5": ("BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert")}
+from results.scores import README_GAMES
+
+# `readme`: the games of the README's table, Atari-5 first
+SUITES = {"atari5": README_GAMES[:5], "readme": README_GAMES}
 STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 GROUP = "suite"
@@ -233,8 +236,9 @@ def status(runs: list[SuiteRun]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--games", default="atari5",
-                        help="a suite name (atari5) or game names, comma-separated: Pong,Breakout")
+    parser.add_argument("--games", default="readme",
+                        help="a suite name (readme: Atari-5, then Pong and Breakout; atari5) "
+                             "or game names, comma-separated: Pong,Breakout")
     parser.add_argument("--algorithm", default="impala")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--frames", type=int, default=10_000_000, help="frames per game")

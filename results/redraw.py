@@ -32,6 +32,10 @@ RUNS = HERE / "runs.csv"
 EPISODES = HERE / "episodes"
 FIGURES = HERE / "figures"
 SUMMARY = HERE / "SUMMARY.md"
+README = HERE.parent / "README.md"
+# the README's lines between these two are the suite's table, written here
+TABLE_MARKS = ("<!-- the suite's table: written by `make results` -->",
+               "<!-- end of the suite's table -->")
 THRESHOLDS = {"frames_to_minus15": -15.0, "frames_to_plus18": 18.0}
 COMPUTED = ("last_episode_frames", *THRESHOLDS, "least_exploring_to_plus18")
 
@@ -214,7 +218,19 @@ def written_pages(runs: pd.DataFrame) -> dict[Path, str]:
     suite = runs[runs["figure"] == SUITE_GROUP]
     if len(suite):
         pages[scores.PAGE] = scores.page(suite, read_episodes)
+    pages[README] = readme_with_table(suite)
     return pages
+
+
+def readme_with_table(suite: pd.DataFrame) -> str:
+    """README.md with the suite's table (scores.readme_table) between its marks."""
+    text = README.read_text()
+    begin, end = TABLE_MARKS
+    if begin not in text or end not in text:
+        raise SystemExit(f"{README}: the suite's table needs the lines {begin!r} and {end!r}")
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    return f"{head}{begin}\n{scores.readme_table(suite, read_episodes)}{end}{tail}"
 
 
 def stale(runs: pd.DataFrame) -> list[str]:
@@ -241,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         outdated = stale(runs)
         if outdated:
-            print(f"{', '.join(outdated)} in {HERE} differ from runs.csv: `make results` "
+            print(f"{', '.join(outdated)} differ from {RUNS}: `make results` "
                   f"rewrites them", file=sys.stderr)
             return 1
         print(f"{RUNS}: {len(runs)} runs agree with their episodes and pages")
@@ -253,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     scores.draw(runs[runs["figure"] == SUITE_GROUP], read_episodes, FIGURES)
     for path, text in written_pages(runs).items():
         path.write_text(text)
-    print(f"wrote {SUMMARY}, {len(PAGES)} pages and {len(GROUPS)} figures in {HERE}")
+    print(f"wrote {SUMMARY}, {len(PAGES)} pages and {len(GROUPS)} figures in {HERE}, "
+          f"and the suite's table in {README}")
     return 0
 
 

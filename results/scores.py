@@ -20,6 +20,10 @@ ITERATION = 1_000_000
 CHECKPOINTS = (5_000_000, 10_000_000)
 AGENTS = ("DQN", "Rainbow", "IQN")
 PAGE = HERE / "suite.md"
+# the README's table: the Atari-5 games, then the two every Atari agent is first shown on
+README_GAMES = ("BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert", "Pong",
+                "Breakout")
+README_AGENTS = ("Rainbow", "IQN")
 
 
 @functools.cache
@@ -132,6 +136,37 @@ def estimate_lines(runs: pd.DataFrame, ours: dict, data: pd.DataFrame) -> list[s
             cells.append(_cell(atari5(by_game), "{:.0f}%"))
         lines.append(f"| Dopamine {agent} | " + " | ".join(cells) + " |")
     return [*lines, "", "A dash: not every Atari-5 game has episodes there yet.", ""]
+
+
+def readme_table(runs: pd.DataFrame, episodes_of) -> str:
+    """The README's table: per game our score at 5M and 10M frames (the mean over the
+    suite's seeds that have episodes there) beside Dopamine's Rainbow and IQN, then each
+    one's Atari-5 estimate; a dash where nothing has been measured yet."""
+    data = dopamine()
+    columns = [f"{who} {f / 1e6:g}M" for who in ("this toolkit", *README_AGENTS)
+               for f in CHECKPOINTS]
+    lines = ["| game | seeds | " + " | ".join(columns) + " |",
+             "| --- | ---: |" + " ---: |" * len(columns)]
+    ours: dict[int, dict[str, float | None]] = {frames: {} for frames in CHECKPOINTS}
+    for game in README_GAMES:
+        ids = runs["id"][runs["level"].map(game_of) == game]
+        cells = [game, str(len(ids))]
+        for frames in CHECKPOINTS:
+            measured = [s for s in (score_at(episodes_of(i), frames) for i in ids)
+                        if s is not None]
+            ours[frames][game] = sum(measured) / len(measured) if measured else None
+            cells.append(_cell(ours[frames][game], "{:,.0f}"))
+        cells += [_cell(dopamine_score(data, game, agent, frames), "{:,.0f}")
+                  for agent in README_AGENTS for frames in CHECKPOINTS]
+        lines.append("| " + " | ".join(cells) + " |")
+    estimates = [atari5({g: hns(g, score) for g, score in ours[frames].items()})
+                 for frames in CHECKPOINTS]
+    estimates += [atari5({g: hns(g, dopamine_score(data, g, agent, frames))
+                          for g in README_GAMES}) for agent in README_AGENTS
+                  for frames in CHECKPOINTS]
+    lines.append("| **Atari-5 estimate** (57-game median HNS) | | "
+                 + " | ".join(_cell(e, "**{:.0f}%**") for e in estimates) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def figure(game: str, runs: pd.DataFrame, episodes_of, out: Path) -> Path:

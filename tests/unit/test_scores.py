@@ -46,3 +46,24 @@ def test_dopamines_agents_at_10m_frames():
     assert estimate["IQN"] == pytest.approx(68.1, abs=0.1)
     assert estimate["Rainbow"] == pytest.approx(43.1, abs=0.1)
     assert estimate["DQN"] == pytest.approx(9.6, abs=0.1)
+
+
+def test_the_readme_table_averages_the_seeds_and_dashes_what_is_not_measured():
+    """Two seeds of Qbert: the table shows their mean at 5M, a dash at 10M (no episodes
+    there), a dash for the games not run and for our estimate (it needs all five games),
+    and Dopamine's Rainbow and IQN at the same frames with their estimates."""
+    runs = pd.DataFrame({"id": ["q1", "q2"], "level": ["ALE/Qbert-v5", "ALE/Qbert-v5"]})
+    episodes = {"q1": pd.DataFrame({"frames": [4_500_000], "episode_return": [1000.0]}),
+                "q2": pd.DataFrame({"frames": [4_600_000], "episode_return": [3000.0]})}
+    lines = scores.readme_table(runs, episodes.__getitem__).splitlines()
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    rows = {row[0]: row[1:] for row in cells}
+    assert list(rows)[:7] == list(scores.README_GAMES)
+    data = scores.dopamine()
+    rainbow_10m = scores.dopamine_score(data, "Qbert", "Rainbow", 10_000_000)
+    assert rows["Qbert"][:3] == ["2", "2,000", "-"]
+    assert rows["Qbert"][4] == f"{rainbow_10m:,.0f}"
+    assert rows["Pong"][:3] == ["0", "-", "-"]
+    estimate = rows["**Atari-5 estimate** (57-game median HNS)"]
+    assert estimate[:3] == ["", "-", "-"]
+    assert estimate[3:] == ["**11%**", "**43%**", "**40%**", "**68%**"]
