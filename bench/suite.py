@@ -4,6 +4,8 @@ again at will, each finished run a row of results/runs.csv with its episodes fil
   .venv/bin/python bench/suite.py                       # Atari-5, Pong, Breakout, 10M frames
   .venv/bin/python bench/suite.py --games=Pong,Breakout --seed=2
   .venv/bin/python bench/suite.py --status              # where each run stands; starts nothing
+  .venv/bin/python bench/suite.py --games=BattleZone --trial=ent0.001 --until=3000000 \
+      -- --entropy_cost=0.001                           # a trial beside the defaults
 
 Each game runs `experiment.py --job_name=local --level_name=ALE/<Game>-v5` with the
 preset the algorithm has for Atari (`--preset=auto`): the ALE v5 protocol of Dopamine's
@@ -18,6 +20,11 @@ frames). Runs go one after another, in the order given:
   is not kept there (hundreds of MB): such a resume starts with an empty replay, and the
   row's note says so.
 
+A trial runs a game with other flags (after `--`) to compare with the defaults' run: its id
+ends in the trial's name, it follows the learning-rate schedule of the full `--frames` (as
+the defaults' run did) and stops at `--until`, and its row goes to the group `suite-trial`,
+which the suite's page shows beside the defaults and never counts in the scores.
+
 Ctrl-C or SIGTERM stops the current run (its learner checkpoints), saves its state and
 exits 0; the same command goes on. A run that reaches its budget becomes a row (group
 `suite`) and `results/redraw.py` draws the suite's page, `results/suite.md`.
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,6 +55,7 @@ SUITES = {"atari5": README_GAMES[:5], "readme": README_GAMES}
 STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 GROUP = "suite"
+TRIAL_GROUP = "suite-trial"  # other settings, beside the defaults on the suite's page
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class SuiteRun:
     frames: int
     logdir: Path
     results: Path
+    trial: str = ""  # a trial's name: its flags differ from the defaults
+    until: int = 0  # a trial's last frame, on the schedule of `frames` (0: all of them)
 
     @property
     def level(self) -> str:
@@ -66,7 +77,15 @@ class SuiteRun:
 
     @property
     def run_id(self) -> str:
-        return f"{self.algorithm}-{self.game.lower()}-v5-s{self.seed}"
+        trial = f"-{self.trial}" if self.trial else ""
+        return f"{self.algorithm}-{self.game.lower()}-v5-s{self.seed}{trial}"
+
+    @property
+    def last_frame(self) -> int:
+        return self.until or self.frames
+
+    def reached_its_end(self) -> bool:
+        return frames_so_far(self.run_dir) >= self.last_frame
 
     @property
     def run_dir(self) -> Path:
@@ -185,10 +204,13 @@ def train(run: SuiteRun, port: int, extra: list[str], stop: Stop) -> str | None:
             if checkpoint.exists() and checkpoint.stat().st_mtime > saved_at:
                 saved_at = checkpoint.stat().st_mtime
                 save_state(run)
+            if run.until and run.reached_its_end() and stop.child.poll() is None:
+                stop.child.send_signal(signal.SIGTERM)  # it checkpoints on its way out
+                stop.child.wait()
             if time.time() - last_progress >= 60:
                 last_progress = time.time()
                 print(f"[suite] {run.run_id}: {frames_so_far(run.run_dir) / 1e6:.2f}M of "
-                      f"{run.frames / 1e6:g}M frames", flush=True)
+                      f"{run.last_frame / 1e6:g}M frames", flush=True)
     stop.child = None
     save_state(run)
     return meta(run.run_dir).get("exit_status")
@@ -204,6 +226,9 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
     speed = logs["frames"].iloc[-1] / logs["interval_s"].sum()  # the time it trained
     note = (f"benchmark suite, ALE v5 protocol; {speed:,.0f} frames/s; "
             f"{record['resumes']} resumes")
+    if run.until:
+        note = (f"a trial, stopped at {run.until / 1e6:g}M frames of a "
+                f"{run.frames / 1e6:g}M-frame schedule; {note}")
     if record["resumes_without_replay"]:
         note += f", {record['resumes_without_replay']} of them with an empty replay"
     flags = " ".join([f"--total_environment_frames={run.frames}", *extra])
@@ -211,7 +236,7 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
            "seed": run.seed, "machine": common.machine_name(), "commit": record["commit"],
            "preset": meta(run.run_dir).get("flags", {}).get("preset", ""), "flags": flags,
            "resumes": record["resumes"], "last_episode_frames": int(episodes["frames"].max()),
-           "figure": GROUP, "note": note}
+           "figure": TRIAL_GROUP if run.trial else GROUP, "note": note}
     path = run.results / "runs.csv"
     table = pd.read_csv(path, dtype=str) if path.exists() else pd.DataFrame(columns=list(row))
     table = pd.concat([table, pd.DataFrame([row]).astype(str)], ignore_index=True)
@@ -247,13 +272,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where runs.csv, episodes/ and suite-state/ are")
     parser.add_argument("--port", type=int, default=18301, help="the learner's port")
     parser.add_argument("--status", action="store_true", help="show where each run stands")
+    parser.add_argument("--trial", default="",
+                        help="run the games with the flags after -- as a trial of this name "
+                             "(letters, digits, '.', '-'), shown beside the defaults")
+    parser.add_argument("--until", type=int, default=0,
+                        help="a trial's last frame; its learning rate follows the schedule "
+                             "of --frames, as the defaults' runs do")
     parser.add_argument("extra", nargs="*", help="more experiment.py flags (after --)")
     args = parser.parse_args(argv)
     names = SUITES.get(args.games) or tuple(g.strip() for g in args.games.split(",") if g.strip())
     if not names:
         parser.error("--games names no game")
+    if args.trial and not re.fullmatch(r"[A-Za-z0-9.-]+", args.trial):
+        parser.error(f"--trial={args.trial!r}: use letters, digits, '.' and '-'")
+    if args.trial and not args.extra:
+        parser.error("--trial needs the flags it tries, after --: a run without them is the "
+                     "defaults' run")
+    if args.until and not args.trial:
+        parser.error("--until stops a trial early; the defaults' runs go to --frames")
+    if not 0 <= args.until <= args.frames:
+        parser.error(f"--until={args.until} must be between 0 and --frames={args.frames}")
     args.runs = [SuiteRun(name, args.algorithm, args.seed, args.frames, args.logdir.resolve(),
-                          args.results.resolve()) for name in names]
+                          args.results.resolve(), args.trial, args.until) for name in names]
     return args
 
 
@@ -267,11 +307,17 @@ def main(argv: list[str] | None = None) -> int:
         if run.run_id in finished_ids(run.results):
             print(f"[suite] {index}/{len(args.runs)} {run.run_id}: finished, skipped")
             continue
+        if run.until and run.reached_its_end():
+            record_row(run, args.extra)
+            print(f"[suite] {run.run_id}: already at {run.until / 1e6:g}M frames, recorded")
+            continue
         print(f"[suite] {index}/{len(args.runs)} {run.run_id}: training {run.level} to "
-              f"{run.frames / 1e6:g}M frames, log {run.run_dir / 'suite-experiment.log'}",
+              f"{run.last_frame / 1e6:g}M frames, log {run.run_dir / 'suite-experiment.log'}",
               flush=True)
         result = train(run, args.port, args.extra, stop)
-        if stop.requested.is_set():
+        if run.until and run.reached_its_end():
+            result = "finished"
+        elif stop.requested.is_set():
             print(f"[suite] {run.run_id}: stopped at {frames_so_far(run.run_dir) / 1e6:.2f}M "
                   f"frames, state in {run.state_dir}")
             return 0

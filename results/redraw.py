@@ -66,6 +66,8 @@ PAGES = {"impala": "IMPALA with LASER on Pong", "apex": "Ape-X on Pong",
          "r2d2": "R2D2 on Pong"}
 # the benchmark suite's runs: many games, scored at fixed frames on their own page
 SUITE_GROUP = "suite"
+# runs of a suite game with other settings, shown beside the defaults on the suite's page
+TRIAL_GROUP = "suite-trial"
 # the frame budget each group's runs are held to: IMPALA's 5M (LASER's anchor), Ape-X's
 # 12M (RLlib's tuned example), R2D2's 16M (DI-engine's)
 BUDGETS = {"apex-preset": 12_000_000, "apex": 12_000_000, "apex-h100-tf32": 12_000_000,
@@ -110,10 +112,10 @@ def computed_columns(run_id: str, level: str) -> dict[str, int | None]:
 
 def read_runs() -> pd.DataFrame:
     runs = pd.read_csv(RUNS, dtype={"commit": str, "flags": str, "note": str})
-    unknown = set(runs["figure"]) - set(GROUPS) - {SUITE_GROUP}
+    unknown = set(runs["figure"]) - set(GROUPS) - {SUITE_GROUP, TRIAL_GROUP}
     if unknown:
         raise SystemExit(f"{RUNS.name}: unknown figure group(s) {sorted(unknown)}; "
-                         f"known: {sorted(GROUPS)}")
+                         f"known: {sorted([*GROUPS, SUITE_GROUP, TRIAL_GROUP])}")
     if runs["id"].duplicated().any():
         raise SystemExit(f"{RUNS.name}: duplicate ids {list(runs['id'][runs['id'].duplicated()])}")
     return runs
@@ -217,7 +219,8 @@ def written_pages(runs: pd.DataFrame) -> dict[Path, str]:
     pages = {SUMMARY: summary(runs), **{HERE / f"{name}.md": page(runs, name) for name in PAGES}}
     suite = runs[runs["figure"] == SUITE_GROUP]
     if len(suite):
-        pages[scores.PAGE] = scores.page(suite, read_episodes)
+        pages[scores.PAGE] = scores.page(suite, read_episodes,
+                                         runs[runs["figure"] == TRIAL_GROUP])
     pages[README] = readme_with_table(suite)
     return pages
 
@@ -266,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     for group in GROUPS:
         ids = runs["id"][runs["figure"] == group]
         overlay([episodes_path(run_id) for run_id in ids], FIGURES / f"{group}.png")
-    scores.draw(runs[runs["figure"] == SUITE_GROUP], read_episodes, FIGURES)
+    scores.draw(runs[runs["figure"] == SUITE_GROUP], read_episodes, FIGURES,
+                runs[runs["figure"] == TRIAL_GROUP])
     for path, text in written_pages(runs).items():
         path.write_text(text)
     print(f"wrote {SUMMARY}, {len(PAGES)} pages and {len(GROUPS)} figures in {HERE}, "

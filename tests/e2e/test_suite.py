@@ -68,3 +68,37 @@ def test_the_suite_stops_resumes_on_a_new_machine_records_and_skips(tmp_path):
     status = subprocess.run(suite(tmp_path, "--status"), capture_output=True, text=True,
                             cwd=ROOT, timeout=60)
     assert status.stdout.count("finished (a row in runs.csv)") == 2
+
+
+def test_a_trial_keeps_the_suites_schedule_stops_at_its_frame_and_is_recorded_apart(tmp_path):
+    """A trial (other flags, stopped early) trains on the learning-rate schedule of the full
+    budget, stops at --until, and becomes a `suite-trial` row with its flags, which the
+    suite's page shows beside the defaults."""
+    until = FRAMES
+    trial = [*suite(tmp_path, "--games=Pong", f"--frames={4 * FRAMES}", "--trial=ent0.001",
+                    f"--until={until}"), "--entropy_cost=0.001"]
+    trial.remove(f"--frames={FRAMES}")
+    done = subprocess.run(trial, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = pd.read_csv(tmp_path / "results" / "runs.csv")
+    assert list(runs["id"]) == ["impala-pong-v5-s1-ent0.001"]
+    row = runs.iloc[0]
+    assert row["figure"] == "suite-trial" and "--entropy_cost=0.001" in row["flags"]
+    assert row["note"].startswith(f"a trial, stopped at {until / 1e6:g}M frames")
+    logs = pd.read_csv(tmp_path / "runs" / "impala-pong-v5-s1-ent0.001" / "logs.csv")
+    assert until <= logs["frames"].iloc[-1] < 4 * FRAMES
+    # 0.8 of the 48K-frame schedule is still at the full rate; a 12K schedule would not be
+    assert logs["learning_rate"].iloc[-1] == pytest.approx(0.0012)
+    again = subprocess.run(trial, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "finished, skipped" in again.stdout
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--trial=ent0.001"], "--trial needs the flags it tries"),
+    (["--until=1000"], "--until stops a trial early"),
+    (["--trial=a b", "--", "--entropy_cost=0.001"], "use letters, digits"),
+])
+def test_a_trial_without_its_flags_or_an_until_without_a_trial_is_refused(flags, error):
+    done = subprocess.run([sys.executable, SUITE, "--status", *flags], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and error in done.stderr
