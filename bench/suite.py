@@ -219,6 +219,7 @@ def train(run: SuiteRun, port: int, extra: list[str], stop: Stop) -> str | None:
 def record_row(run: SuiteRun, extra: list[str]) -> None:
     """The finished run as a row of runs.csv, with its episodes file beside it."""
     episodes = pd.read_csv(run.run_dir / "episodes-0.csv")[EPISODE_COLUMNS]
+    episodes = episodes[episodes["frames"] <= run.last_frame]  # a trial runs on to its next log row
     (run.results / "episodes").mkdir(parents=True, exist_ok=True)
     episodes.to_csv(run.results / "episodes" / f"{run.run_id}.csv", index=False)
     record = read_record(run)
@@ -276,8 +277,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run the games with the flags after -- as a trial of this name "
                              "(letters, digits, '.', '-'), shown beside the defaults")
     parser.add_argument("--until", type=int, default=0,
-                        help="a trial's last frame; its learning rate follows the schedule "
-                             "of --frames, as the defaults' runs do")
+                        help="a trial's last frame, best a whole million (the scores' "
+                             "iteration); its learning rate follows the schedule of --frames, "
+                             "as the defaults' runs do")
     parser.add_argument("extra", nargs="*", help="more experiment.py flags (after --)")
     args = parser.parse_args(argv)
     names = SUITES.get(args.games) or tuple(g.strip() for g in args.games.split(",") if g.strip())

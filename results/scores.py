@@ -141,21 +141,15 @@ def estimate_lines(runs: pd.DataFrame, ours: dict, data: pd.DataFrame) -> list[s
     return [*lines, "", "A dash: not every Atari-5 game has episodes there yet.", ""]
 
 
-def complete_iterations(episodes: pd.DataFrame) -> pd.Series:
-    """iteration_means of the 1M-frame iterations a run finished (none past its last
-    episode's whole million)."""
-    means = iteration_means(episodes)
-    return means[means.index <= episodes["frames"].max() // ITERATION * ITERATION]
-
-
 def trial_lines(runs: pd.DataFrame, trials: pd.DataFrame, episodes_of) -> list[str]:
     """Per game with trials: the mean return of each 1M-frame iteration, the defaults' run
-    first, then each trial with its flags, up to the last iteration a trial finished."""
+    first, then each trial with its flags, up to the last iteration a trial reached (the
+    one its --until falls in: a whole one when --until is a whole million)."""
     lines = ["## Other settings, side by side with the defaults", "",
              "Runs of a suite game with flags other than the defaults (group `suite-trial`), "
              "to find why a game falls short. Mean return per 1M-frame iteration.", ""]
     for level, group in trials.groupby("level", sort=False):
-        curves = {row["id"]: (row, complete_iterations(episodes_of(row["id"])))
+        curves = {row["id"]: (row, iteration_means(episodes_of(row["id"])))
                   for _, row in pd.concat([runs[runs["level"] == level], group]).iterrows()}
         horizon = max(len(curve) for run_id, (_, curve) in curves.items()
                       if run_id in set(group["id"]))
@@ -225,9 +219,9 @@ def figure(game: str, runs: pd.DataFrame, episodes_of, out: Path,
         ax.plot(means.index / 1e6, means.values, color="black", lw=2, marker="o", ms=3,
                 label=row["id"])
     for _, row in (trials if trials is not None else runs.iloc[:0]).iterrows():
-        means = complete_iterations(episodes_of(row["id"]))
+        means = iteration_means(episodes_of(row["id"]))
         ax.plot(means.index / 1e6, means.values, ls="--", lw=1.5, marker="s", ms=3,
-                label=f"{row['id']} ({row['flags']})")
+                label=f"{row['id']} ({_tried_flags(row['flags'])})")
     ax.set(title=f"{game} (ALE v5, sticky actions)", xlabel="frames (millions)",
            ylabel="mean return per 1M-frame iteration")
     ax.legend(fontsize=7)
@@ -235,6 +229,11 @@ def figure(game: str, runs: pd.DataFrame, episodes_of, out: Path,
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def _tried_flags(flags: str) -> str:
+    """A trial's flags less the budget every suite run has."""
+    return " ".join(f for f in flags.split() if not f.startswith("--total_environment_frames"))
 
 
 def draw(runs: pd.DataFrame, episodes_of, figures: Path,

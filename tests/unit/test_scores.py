@@ -69,9 +69,9 @@ def test_the_readme_table_averages_the_seeds_and_dashes_what_is_not_measured():
     assert estimate[3:] == ["**11%**", "**43%**", "**40%**", "**68%**"]
 
 
-def test_a_trial_is_shown_beside_the_defaults_for_the_iterations_it_finished():
-    """A trial stopped at 2.5M frames shows its first two iterations (the third is not
-    whole), beside the defaults' run of the same game over the same two."""
+def test_a_trial_is_shown_beside_the_defaults_for_the_iterations_it_reached():
+    """A trial stopped at 2M frames shows its two iterations, beside the defaults' run of
+    the same game over the same two (not its later ones)."""
     runs = pd.DataFrame({"id": ["d"], "level": ["ALE/Qbert-v5"], "figure": ["suite"],
                          "flags": [""], "commit": ["abc"]})
     trials = pd.DataFrame({"id": ["t"], "level": ["ALE/Qbert-v5"], "figure": ["suite-trial"],
@@ -79,10 +79,10 @@ def test_a_trial_is_shown_beside_the_defaults_for_the_iterations_it_finished():
     episodes = {
         "d": pd.DataFrame({"frames": [0.5e6, 1.5e6, 2.5e6, 3.5e6],
                            "episode_return": [100.0, 200.0, 300.0, 400.0]}),
-        "t": pd.DataFrame({"frames": [0.4e6, 0.6e6, 1.5e6, 2.4e6],
+        "t": pd.DataFrame({"frames": [0.4e6, 0.6e6, 1.5e6, 1.9e6],
                            "episode_return": [100.0, 300.0, 900.0, 5000.0]})}
     lines = scores.trial_lines(runs, trials, episodes.__getitem__)
     table = lines[lines.index("### Qbert") + 2:]
     assert table[0] == "| run | flags | commit | 1M | 2M |"
     assert table[2] == "| d | the defaults | abc | 100 | 200 |"
-    assert table[3] == "| t | `--entropy_cost=0.001` | def | 200 | 900 |"
+    assert table[3] == "| t | `--entropy_cost=0.001` | def | 200 | 2,950 |"
