@@ -80,6 +80,12 @@ def dopamine_score(data: pd.DataFrame, game: str, agent: str, frames: int) -> fl
     return float(row["mean"].iloc[0]) if len(row) else None
 
 
+def dopamine_estimate(data: pd.DataFrame, agent: str, frames: int) -> float | None:
+    """A Dopamine agent's Atari-5 estimate at `frames`, from the mean of its seeds."""
+    return atari5({game: hns(game, dopamine_score(data, game, agent, frames))
+                   for game in game_table()["atari5_weight"].dropna().index})
+
+
 def _cell(value: float | None, form: str = "{:,.1f}") -> str:
     return "-" if value is None else form.format(value)
 
@@ -132,11 +138,8 @@ def estimate_lines(runs: pd.DataFrame, ours: dict, data: pd.DataFrame) -> list[s
             cells.append(_cell(atari5(by_game), "{:.0f}%"))
         lines.append(f"| {algorithm}, seed {seed} (this toolkit) | " + " | ".join(cells) + " |")
     for agent in AGENTS:
-        cells = []
-        for frames in CHECKPOINTS:
-            by_game = {game: hns(game, dopamine_score(data, game, agent, frames))
-                       for game in game_table()["atari5_weight"].dropna().index}
-            cells.append(_cell(atari5(by_game), "{:.0f}%"))
+        cells = [_cell(dopamine_estimate(data, agent, frames), "{:.0f}%")
+                 for frames in CHECKPOINTS]
         lines.append(f"| Dopamine {agent} | " + " | ".join(cells) + " |")
     return [*lines, "", "A dash: not every Atari-5 game has episodes there yet.", ""]
 
@@ -149,16 +152,17 @@ def trial_lines(runs: pd.DataFrame, trials: pd.DataFrame, episodes_of) -> list[s
              "Runs of a suite game with flags other than the defaults (group `suite-trial`), "
              "to find why a game falls short. Mean return per 1M-frame iteration.", ""]
     for level, group in trials.groupby("level", sort=False):
+        trial_ids = set(group["id"])
         curves = {row["id"]: (row, iteration_means(episodes_of(row["id"])))
                   for _, row in pd.concat([runs[runs["level"] == level], group]).iterrows()}
         horizon = max(len(curve) for run_id, (_, curve) in curves.items()
-                      if run_id in set(group["id"]))
+                      if run_id in trial_ids)
         ends = [(i + 1) * ITERATION for i in range(horizon)]
         lines += [f"### {game_of(level)}", "",
                   "| run | flags | commit | " + " | ".join(f"{e // ITERATION}M" for e in ends)
                   + " |", "| --- | --- | --- |" + " ---: |" * len(ends)]
         for run_id, (row, curve) in curves.items():
-            flags = "the defaults" if row["figure"] == "suite" else f"`{row['flags']}`"
+            flags = f"`{row['flags']}`" if run_id in trial_ids else "the defaults"
             cells = [_cell(curve.get(end), "{:,.0f}") for end in ends]
             lines.append(f"| {run_id} | {flags} | {row['commit']} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -188,8 +192,7 @@ def readme_table(runs: pd.DataFrame, episodes_of) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     estimates = [atari5({g: hns(g, score) for g, score in ours[frames].items()})
                  for frames in CHECKPOINTS]
-    estimates += [atari5({g: hns(g, dopamine_score(data, g, agent, frames))
-                          for g in README_GAMES}) for agent in README_AGENTS
+    estimates += [dopamine_estimate(data, agent, frames) for agent in README_AGENTS
                   for frames in CHECKPOINTS]
     lines.append("| **Atari-5 estimate** (57-game median HNS) | | "
                  + " | ".join(_cell(e, "**{:.0f}%**") for e in estimates) + " |")
