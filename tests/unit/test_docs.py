@@ -1,6 +1,6 @@
-"""The house's documents: every relative link resolves, no page grows into a notebook, the
-code cites no notes page, the results table agrees with the episodes it was made from, and
-the generated pages agree with the table."""
+"""The house's documents: every relative link resolves to a page and heading, no page
+grows into a notebook, the code cites no notes page, the results table agrees with the
+episodes it was made from, and the generated pages agree with the table."""
 
 from __future__ import annotations
 
@@ -21,15 +21,25 @@ def markdown_pages() -> list:
     return [ROOT / name for name in tracked]
 
 
-def test_every_relative_link_in_the_readme_and_docs_resolves():
+def heading_anchors(page) -> set:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    turned into hyphens."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves_to_a_page_and_heading():
     broken = []
     for page in markdown_pages():
         for target in LINK.findall(page.read_text()):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue  # a URL or an anchor on the same page
-            path = (page.parent / target.split("#")[0]).resolve()
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            file_part, _, anchor = target.partition("#")
+            path = (page.parent / file_part).resolve() if file_part else page
             if not path.exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and path.suffix == ".md" and anchor not in heading_anchors(path):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
 
 
