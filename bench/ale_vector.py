@@ -11,7 +11,11 @@ Two measurements, side by side in the same minutes:
   included, over the steps made), under the ALE v5 protocol the suite trains on (sticky
   actions 0.25, 30 no-op starts), this toolkit's environments stepped one at a time as an
   actor steps them, against one AtariVectorEnv of the same N environments giving single
-  frames.
+  frames;
+- **what it would save the whole actor**: in the same rounds, the actor's other large cost
+  (its batched forward pass and choice of actions, bench/inference.py at batch N) is
+  measured, and the actor's core-ms per agent step with each pipeline is their sum. The
+  unroll writer and the wire are left out (a few percent of an actor's samples).
 
   .venv/bin/python bench/ale_vector.py [--game=Breakout] [--envs=8] [--seconds=10] [--rounds=3]
 """
@@ -19,6 +23,7 @@ Two measurements, side by side in the same minutes:
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import gymnasium as gym
@@ -26,6 +31,7 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 from envpool_compare import toolkit_ms_per_step  # the same loop EnvPool was measured by
 from gymnasium.wrappers import AtariPreprocessing
+from inference import measure as forward_pass
 
 from impala.envs import FireOnReset
 
@@ -39,10 +45,15 @@ def toolkit_deterministic(game: str, fire_reset: bool) -> gym.Env:
     return FireOnReset(env) if fire_reset else env
 
 
+def rom_name(game: str) -> str:
+    """ale-py's ROM name for a Gymnasium game name: BattleZone -> battle_zone."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
+
+
 def vector(game: str, envs: int, deterministic: bool, fire_reset: bool = True
            ) -> AtariVectorEnv:
     """Single frames [N, 1, 84, 84], as an actor would send them."""
-    return AtariVectorEnv(game=game.lower(), num_envs=envs, num_threads=1,
+    return AtariVectorEnv(game=rom_name(game), num_envs=envs, num_threads=1,
                           repeat_action_probability=0.0 if deterministic else 0.25,
                           noop_max=0 if deterministic else 30, stack_num=1,
                           episodic_life=False, reward_clipping=False,
@@ -103,9 +114,13 @@ def main() -> None:
     for round_ in range(args.rounds):
         ours = toolkit_ms_per_step(args.envs, args.seconds, f"ALE/{args.game}-v5")
         theirs = vector_ms_per_step(args.game, args.envs, args.seconds)
+        forward = forward_pass("SimpleConvNetAgent", args.envs,
+                               args.seconds)["core_ms_per_observation"]
         print(f"round {round_ + 1}: toolkit {ours:.3f} core-ms per agent step, "
-              f"AtariVectorEnv {theirs:.3f} ({ours / theirs:.2f}x)", flush=True)
-
+              f"AtariVectorEnv {theirs:.3f} ({ours / theirs:.2f}x); forward pass "
+              f"{forward:.3f}: the actor {ours + forward:.3f} against "
+              f"{theirs + forward:.3f} ({(ours + forward) / (theirs + forward):.2f}x)",
+              flush=True)
 
 if __name__ == "__main__":
     main()

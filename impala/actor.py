@@ -16,12 +16,13 @@ import time
 import numpy as np
 import torch
 
+from impala.ale_vector_loop import actor_loop
 from impala.assembly import assemble
 from impala.auth import RunKeys, wait_for_keys
 from impala.config import Config, parse_host_port
 from impala.devices import resolve_device
-from impala.environment_loop import EnvironmentLoop, EnvStep, agent_step
-from impala.envs import create_env, env_info
+from impala.environment_loop import EnvStep, agent_step
+from impala.envs import describe_env
 from impala.nets import Agent, CoreState
 from impala.process import (
     DOWN_REASON_VARIABLE,
@@ -155,9 +156,9 @@ class Actor:
         torch.set_num_threads(1)
         config = cfg.env_config
         base_seed = cfg.seed * 10_007 + cfg.task * 101
-        self.envs = EnvironmentLoop([create_env(config, seed=base_seed + i)
-                                     for i in range(cfg.num_envs)])
-        info = env_info(self.envs.envs[0], config)
+        self.envs = actor_loop(config, cfg.env_backend,
+                               [base_seed + i for i in range(cfg.num_envs)])
+        info = describe_env(config)
         torch.manual_seed(base_seed)
         # The batched forward pass runs on --actor_device; everything around it stays on
         # the CPU (environments, the unroll, the wire).

@@ -1,6 +1,8 @@
 """The one loop that steps environments for an agent: the actor's, evaluation's
 (`--mode=test`, `--mode=video`) and diagnosis's (impala/diagnose.py) all step through it, so
-what an agent sees cannot differ between training and playing.
+what an agent sees cannot differ between training and playing. An actor may step its Atari
+games on ale-py's vector environment instead (impala/ale_vector_loop.py, `--env_backend`),
+under the same rules, checked step by step against this loop.
 
 N environments step together behind one batched forward pass. The rules, the same
 everywhere:

@@ -134,4 +134,5 @@ def test_the_ale_vector_bench_compares_frames_and_costs():
     assert "frames, FIRE at reset off: 0 of 50 differ (largest pixel difference 0)" in out, out
     assert "frames, FIRE at reset on:" in out
     assert re.search(r"round 1: toolkit [0-9.]+ core-ms per agent step, AtariVectorEnv "
-                     r"[0-9.]+ \([0-9.]+x\)", out), out
+                     r"[0-9.]+ \([0-9.]+x\); forward pass [0-9.]+: the actor [0-9.]+ "
+                     r"against [0-9.]+ \([0-9.]+x\)", out), out

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from impala.actor import Actor
@@ -109,22 +110,77 @@ def batches_from(actor: Actor, batch_size: int, count: int,
     return received, receiver.counts()
 
 
-def test_batches_hold_exactly_what_the_actor_saw_and_did():
+class LoopRecorder:
+    """Around an actor's whole environment loop (any backend): what it handed the actor,
+    one `Step` list per environment, as `Recorder` writes it down for one environment."""
+
+    @dataclass
+    class Stream:
+        steps: list[Step] = field(default_factory=list)
+        resets: int = 0
+        lives_lost: int = 0
+
+    def __init__(self, loop) -> None:
+        self.loop = loop
+        self.streams = [self.Stream() for _ in range(len(loop))]
+
+    def __len__(self) -> int:
+        return len(self.loop)
+
+    @property
+    def finished(self) -> list:
+        return self.loop.finished
+
+    def reset(self, seeds=None):
+        step = self.loop.reset(seeds)
+        for stream, observation in zip(self.streams, step.observation, strict=True):
+            stream.steps.append(Step(observation.copy(), 0.0, True, 0))
+            stream.resets += 1
+        return step
+
+    def step(self, actions, *args, **kwargs):
+        for stream, action in zip(self.streams, actions, strict=True):
+            stream.steps[-1].action = int(action)
+        step = self.loop.step(actions, *args, **kwargs)
+        for i, stream in enumerate(self.streams):
+            stream.steps.append(Step(step.observation[i].copy(), float(step.reward[i]),
+                                     bool(step.done[i]), int(step.last_action[i])))
+            stream.resets += int(step.episode_start[i])
+            stream.lives_lost += int(step.done[i] and not step.episode_start[i])
+        return step
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "ale_vector"])
+def test_batches_hold_exactly_what_the_actor_saw_and_did(backend):
+    """With Gymnasium's environments the record is each environment's own; with ale-py's
+    vector environment it is the loop's (its stacks are checked against the game's frames
+    in tests/unit/test_ale_vector_loop.py)."""
     num_envs, batch_size, batches_wanted = 4, 4, 40
     port = free_port()
     cfg = Config(level_name="BreakoutNoFrameskip-v4", num_envs=num_envs, unroll_length=T,
-                 learner_host=f"127.0.0.1:{port}", seed=3)
+                 learner_host=f"127.0.0.1:{port}", seed=3, env_backend=backend)
     actor = Actor(cfg, threading.Event())
-    recorders = [Recorder(env) for env in actor.envs.envs]
-    actor.envs.envs = recorders
+    if backend == "gymnasium":
+        recorders = [Recorder(env) for env in actor.envs.envs]
+        actor.envs.envs = recorders
+    else:
+        actor.envs = LoopRecorder(actor.envs)
+        recorders = actor.envs.streams
     model = actor.model  # holds the published weights from the first answer on
     batches, counts = batches_from(actor, batch_size, batches_wanted, timeout=180)
     assert counts.dropped == 0 and counts.stream_restarts == 0
-    received = [batch.arrays for batch in batches]
+    check_batches(model, [batch.arrays for batch in batches], recorders, batch_size)
 
-    # One actor sends its envs' unrolls in order: unroll u is env u % N, set u // N.
+
+def check_batches(model, received: list[dict], recorders: list, batch_size: int) -> None:
+    """Every step of every unroll in `received` against what `recorders` wrote down. One
+    actor sends its envs' unrolls in order: unroll u is env u % N, set u // N."""
+    num_envs = len(recorders)
     checked_steps = 0
-    for u in range(batches_wanted * batch_size):
+    for u in range(len(received) * batch_size):
         arrays = received[u // batch_size]
         column = u % batch_size
         env, unroll_set = u % num_envs, u // num_envs
@@ -150,7 +206,7 @@ def test_batches_hold_exactly_what_the_actor_saw_and_did():
                                    atol=1e-5,
                                    err_msg=f"behaviour logits, {where}")
         checked_steps += len(truth)
-    assert checked_steps == batches_wanted * batch_size * (T + 1)
+    assert checked_steps == len(received) * batch_size * (T + 1)
     # The record crossed what matters: lost lives and whole games over.
     assert sum(r.lives_lost for r in recorders) >= 4
     assert sum(r.resets for r in recorders) > num_envs, "no game ended"
