@@ -1,21 +1,22 @@
-"""Whether ale-py's own vector environment (`ale_py.vector_env.AtariVectorEnv`, C++ threads
-doing the DeepMind preprocessing) would make this toolkit's actors cheaper per frame.
+"""What ale-py's own vector environment (`ale_py.vector_env.AtariVectorEnv`, C++ threads
+doing the DeepMind preprocessing) saves an actor per frame, as `--env_backend=ale_vector`
+runs it.
 
-Two measurements, side by side in the same minutes:
+Measured side by side in the same minutes:
 - **the same frames**: an actor sends each frame once (the learner rebuilds the stacks), so
   what must match is the single preprocessed frame. With sticky actions and no-op starts
   off (both deterministic), both pipelines play the same random actions from the same
   reset, and every frame is compared pixel by pixel: once without pressing FIRE at reset,
   once with each pipeline's own FIRE reset;
 - **the cost**: core-milliseconds per agent step (the process's CPU time, its threads
-  included, over the steps made), under the ALE v5 protocol the suite trains on (sticky
-  actions 0.25, 30 no-op starts), this toolkit's environments stepped one at a time as an
-  actor steps them, against one AtariVectorEnv of the same N environments giving single
-  frames;
-- **what it would save the whole actor**: in the same rounds, the actor's other large cost
-  (its batched forward pass and choice of actions, bench/inference.py at batch N) is
-  measured, and the actor's core-ms per agent step with each pipeline is their sum. The
-  unroll writer and the wire are left out (a few percent of an actor's samples).
+  included, over the steps made) of the loop an actor steps its N games through, on each
+  backend (`gymnasium`: one environment at a time through envs.py's wrappers;
+  `ale_vector`: impala/ale_vector_loop.py), under the ALE v5 protocol the suite trains on
+  (sticky actions 0.25, 30 no-op starts);
+- **what it saves the whole actor**: in the same rounds, the actor's other large cost (its
+  batched forward pass and choice of actions, bench/inference.py at batch N) is measured,
+  and the actor's core-ms per agent step on each backend is their sum. The unroll writer
+  and the wire are left out (a few percent of an actor's samples).
 
   .venv/bin/python bench/ale_vector.py [--game=Breakout] [--envs=8] [--seconds=10] [--rounds=3]
 """
@@ -23,17 +24,16 @@ Two measurements, side by side in the same minutes:
 from __future__ import annotations
 
 import argparse
-import re
 import time
 
 import gymnasium as gym
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
-from envpool_compare import toolkit_ms_per_step  # the same loop EnvPool was measured by
 from gymnasium.wrappers import AtariPreprocessing
 from inference import measure as forward_pass
 
-from impala.envs import FireOnReset
+from impala.ale_vector_loop import actor_loop, rom_name
+from impala.envs import EnvConfig, FireOnReset, describe_env
 
 
 def toolkit_deterministic(game: str, fire_reset: bool) -> gym.Env:
@@ -43,11 +43,6 @@ def toolkit_deterministic(game: str, fire_reset: bool) -> gym.Env:
     env = AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84,
                              terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
     return FireOnReset(env) if fire_reset else env
-
-
-def rom_name(game: str) -> str:
-    """ale-py's ROM name for a Gymnasium game name: BattleZone -> battle_zone."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
 
 
 def vector(game: str, envs: int, deterministic: bool, fire_reset: bool = True
@@ -84,16 +79,19 @@ def compare_frames(game: str, steps: int, fire_reset: bool) -> tuple[int, int, f
     return compared, differing, largest
 
 
-def vector_ms_per_step(game: str, envs: int, seconds: float) -> float:
-    env = vector(game, envs, deterministic=False)
-    env.reset(seed=0)
+def loop_ms_per_step(game: str, backend: str, envs: int, seconds: float) -> float:
+    """Core-ms per agent step of the loop an actor steps its games through on `backend`
+    (impala/ale_vector_loop.actor_loop: stacks, lives and episode records included),
+    under the suite's protocol, with random actions."""
+    loop = actor_loop(EnvConfig(f"ALE/{game}-v5"), backend, list(range(envs)))
+    step = loop.reset()
     rng = np.random.default_rng(0)
-    actions = env.single_action_space.n
+    actions = describe_env(EnvConfig(f"ALE/{game}-v5")).num_actions
     steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        env.step(rng.integers(0, actions, envs))  # finished games reset by themselves
+        step = loop.step(rng.integers(0, actions, envs), step)
         steps += envs
-    env.close()
+    loop.close()
     return 1000.0 * (time.process_time() - cpu0) / steps
 
 
@@ -112,8 +110,8 @@ def main() -> None:
         print(f"frames, FIRE at reset {'on' if fire_reset else 'off'}: {differing} of "
               f"{compared} differ (largest pixel difference {largest:.0f})", flush=True)
     for round_ in range(args.rounds):
-        ours = toolkit_ms_per_step(args.envs, args.seconds, f"ALE/{args.game}-v5")
-        theirs = vector_ms_per_step(args.game, args.envs, args.seconds)
+        ours = loop_ms_per_step(args.game, "gymnasium", args.envs, args.seconds)
+        theirs = loop_ms_per_step(args.game, "ale_vector", args.envs, args.seconds)
         forward = forward_pass("SimpleConvNetAgent", args.envs,
                                args.seconds)["core_ms_per_observation"]
         print(f"round {round_ + 1}: toolkit {ours:.3f} core-ms per agent step, "
@@ -121,6 +119,7 @@ def main() -> None:
               f"{forward:.3f}: the actor {ours + forward:.3f} against "
               f"{theirs + forward:.3f} ({(ours + forward) / (theirs + forward):.2f}x)",
               flush=True)
+
 
 if __name__ == "__main__":
     main()
