@@ -45,6 +45,8 @@ GROUPS = {
     "preset-before-entropy": ("impala", "IMPALA on Pong, the preset before the entropy bonus "
                               "was weighted like the rest of the loss"),
     "replay-ratio": ("impala", "IMPALA on Pong: replayed unrolls per fresh one (and none)"),
+    "entropy-weight": ("impala", "IMPALA on Pong: the preset with a tenth of the entropy "
+                       "weight (0.001), the change BattleZone asks for"),
     "gpu-h200": ("impala", "IMPALA on Pong on one H200 with 16 cores"),
     "apex-preset": ("apex", "Ape-X on Pong with its preset, from the first frame"),
     "apex": ("apex", "Ape-X on Pong: shorter budgets, other settings and the code before"),
