@@ -191,13 +191,23 @@ def _draw_tagged_returns(ax, episodes: pd.DataFrame | None, panel: Panel) -> Non
         ax.plot(greedy["frames"] / 1e6, running_return(greedy), color="tab:red", linewidth=2)
 
 
-def overlay(sources: list[Path], out: Path) -> Path:
+def overlay(sources: list[Path], out: Path, background: list[Path] = (),
+            background_label: str = "") -> Path:
     """Running mean return of several runs against frames and against wall time.
 
     A source is a run directory or an episodes CSV kept from one (`results/episodes/`); a
     CSV's minutes count from its first episode, and a stop inside it is not left out.
+    `background` runs are drawn thin and grey under them, labelled once, to compare with.
     """
     figure, axes = _figure(1, 2, (12, 4.5))
+    for index, source in enumerate(background):
+        episodes, minutes = _episodes_and_minutes(source)
+        if episodes is None:
+            continue
+        mean = running_return(episodes)
+        label = background_label if index == 0 else None
+        axes[0, 0].plot(episodes["frames"] / 1e6, mean, color="0.75", lw=0.8, label=label)
+        axes[0, 1].plot(minutes, mean, color="0.75", lw=0.8, label=label)
     for source in sources:
         episodes, minutes = _episodes_and_minutes(source)
         if episodes is None:

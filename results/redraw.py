@@ -63,6 +63,8 @@ GROUPS = {
     "h100-side-by-side": ("r2d2", "Ape-X and R2D2 on Pong side by side on one H100 with 16 "
                           "cores, 7 actors each, 7.8 minutes"),
 }
+# a group whose figure draws another group's runs in grey beneath its own, to compare with
+BESIDE = {"entropy-weight": "preset"}
 # page -> its title; one page per algorithm keeps each under the docs' page limit
 PAGES = {"impala": "IMPALA with LASER on Pong", "apex": "Ape-X on Pong",
          "r2d2": "R2D2 on Pong"}
@@ -270,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     FIGURES.mkdir(exist_ok=True)
     for group in GROUPS:
         ids = runs["id"][runs["figure"] == group]
-        overlay([episodes_path(run_id) for run_id in ids], FIGURES / f"{group}.png")
+        beside = runs["id"][runs["figure"] == BESIDE.get(group)]
+        overlay([episodes_path(run_id) for run_id in ids], FIGURES / f"{group}.png",
+                [episodes_path(run_id) for run_id in beside],
+                f"{BESIDE.get(group)} group ({len(beside)} runs)")
     scores.draw(runs[runs["figure"] == SUITE_GROUP], read_episodes, FIGURES,
                 runs[runs["figure"] == TRIAL_GROUP])
     for path, text in written_pages(runs).items():
