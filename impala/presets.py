@@ -29,7 +29,12 @@ def config_from_flags(flags: dict[str, Any]) -> Config:
         # A ratio the user sets holds from the first frame: `--replay_ratio=0` must turn
         # replay off, not leave the preset's initial phase running.
         defaults.update(initial_replay_ratio=0.0, initial_replay_frames=0)
-    return config_of({**defaults, **flags, "preset": preset, "algorithm": algorithm})
+    cfg = config_of({**defaults, **flags, "preset": preset, "algorithm": algorithm})
+    if cfg.env_backend == "ale_vector":
+        from impala.ale_vector_loop import uses_ale_vector  # gymnasium, as resolve_preset
+
+        uses_ale_vector(cfg.env_backend, cfg.level_name)  # ValueError for a level it lacks
+    return cfg
 
 
 def to_argv(cfg: Config, **overrides: Any) -> list[str]:

@@ -51,6 +51,14 @@ def test_bad_values_name_the_flag(capsys):
     assert "--target_return_episodes must be > 0, got 0" in err
 
 
+def test_the_vector_backend_for_a_level_it_cannot_serve_is_refused_at_the_command_line(
+        capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--env_backend=ale_vector", "--level_name=CartPole-v1"])
+    assert "--env_backend=ale_vector: 'CartPole-v1' is not an Atari id" in capsys.readouterr().err
+    assert parse_config(["--env_backend=auto", "--level_name=CartPole-v1"]).env_backend == "auto"
+
+
 def test_choices_are_enforced(capsys):
     with pytest.raises(SystemExit):
         parse_config(["--reward_clipping=abs_two"])
