@@ -45,12 +45,11 @@ def toolkit_deterministic(game: str, fire_reset: bool) -> gym.Env:
     return FireOnReset(env) if fire_reset else env
 
 
-def vector(game: str, envs: int, deterministic: bool, fire_reset: bool = True
-           ) -> AtariVectorEnv:
-    """Single frames [N, 1, 84, 84], as an actor would send them."""
-    return AtariVectorEnv(game=rom_name(game), num_envs=envs, num_threads=1,
-                          repeat_action_probability=0.0 if deterministic else 0.25,
-                          noop_max=0 if deterministic else 30, stack_num=1,
+def vector_deterministic(game: str, fire_reset: bool) -> AtariVectorEnv:
+    """One AtariVectorEnv game giving single frames [1, 1, 84, 84], with sticky actions and
+    no-op starts off."""
+    return AtariVectorEnv(game=rom_name(game), num_envs=1, num_threads=1,
+                          repeat_action_probability=0.0, noop_max=0, stack_num=1,
                           episodic_life=False, reward_clipping=False,
                           use_fire_reset=fire_reset)
 
@@ -59,7 +58,7 @@ def compare_frames(game: str, steps: int, fire_reset: bool) -> tuple[int, int, f
     """(frames compared, frames that differ, largest pixel difference) over one
     deterministic game played with the same random actions by both pipelines."""
     ours = toolkit_deterministic(game, fire_reset)
-    theirs = vector(game, 1, deterministic=True, fire_reset=fire_reset)
+    theirs = vector_deterministic(game, fire_reset)
     mine, _ = ours.reset(seed=0)
     other, _ = theirs.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -83,10 +82,11 @@ def loop_ms_per_step(game: str, backend: str, envs: int, seconds: float) -> floa
     """Core-ms per agent step of the loop an actor steps its games through on `backend`
     (impala/ale_vector_loop.actor_loop: stacks, lives and episode records included),
     under the suite's protocol, with random actions."""
-    loop = actor_loop(EnvConfig(f"ALE/{game}-v5"), backend, list(range(envs)))
+    config = EnvConfig(f"ALE/{game}-v5")
+    loop = actor_loop(config, backend, list(range(envs)))
     step = loop.reset()
     rng = np.random.default_rng(0)
-    actions = describe_env(EnvConfig(f"ALE/{game}-v5")).num_actions
+    actions = describe_env(config).num_actions
     steps, cpu0, t0 = 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         step = loop.step(rng.integers(0, actions, envs), step)
