@@ -45,7 +45,7 @@ def ale_settings(level_name: str) -> dict | None:
     max_frames = settings.get("max_num_frames_per_episode", 108_000)
     if spec.max_episode_steps is not None:  # a TimeLimit over single frames (frameskip 1)
         max_frames = min(max_frames, spec.max_episode_steps)
-    return {"game": rom_name(settings["game"]),
+    return {"game": settings["game"],  # the ROM's name already: battle_zone
             "repeat_action_probability": settings.get("repeat_action_probability", 0.0),
             "full_action_space": settings.get("full_action_space", False),
             "max_num_frames_per_episode": max_frames}

@@ -201,22 +201,11 @@ def overlay(sources: list[Path], out: Path, background: list[Path] = (),
     """
     figure, axes = _figure(1, 2, (12, 4.5))
     for index, source in enumerate(background):
-        episodes, minutes = _episodes_and_minutes(source)
-        if episodes is None:
-            continue
-        mean = running_return(episodes)
-        label = background_label if index == 0 else None
-        axes[0, 0].plot(episodes["frames"] / 1e6, mean, color="0.75", lw=0.8, label=label)
-        axes[0, 1].plot(minutes, mean, color="0.75", lw=0.8, label=label)
+        _plot_run(axes, source, background_label if index == 0 else None,
+                  color="0.75", lw=0.8)
     for source in sources:
-        episodes, minutes = _episodes_and_minutes(source)
-        if episodes is None:
+        if not _plot_run(axes, source, source.stem if source.is_file() else source.name):
             log.warning("%s: no episodes or log rows yet; left out", source)
-            continue
-        mean = running_return(episodes)
-        label = source.stem if source.is_file() else source.name
-        axes[0, 0].plot(episodes["frames"] / 1e6, mean, label=label)
-        axes[0, 1].plot(minutes, mean, label=label)
     for ax, xlabel in zip(axes.flat, ("frames (millions)", "wall time (minutes)"),
                           strict=True):
         ax.set_xlabel(xlabel)
@@ -224,6 +213,18 @@ def overlay(sources: list[Path], out: Path, background: list[Path] = (),
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _save(figure, out)
+
+
+def _plot_run(axes, source: Path, label: str | None, **style) -> bool:
+    """A run's running mean return against frames and against minutes, on the two panels
+    of `axes` [1, 2]; False where it has no episodes yet."""
+    episodes, minutes = _episodes_and_minutes(source)
+    if episodes is None:
+        return False
+    mean = running_return(episodes)
+    axes[0, 0].plot(episodes["frames"] / 1e6, mean, label=label, **style)
+    axes[0, 1].plot(minutes, mean, label=label, **style)
+    return True
 
 
 def _episodes_and_minutes(source: Path) -> tuple[pd.DataFrame | None, np.ndarray]:

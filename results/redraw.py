@@ -272,10 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     FIGURES.mkdir(exist_ok=True)
     for group in GROUPS:
         ids = runs["id"][runs["figure"] == group]
-        beside = runs["id"][runs["figure"] == BESIDE.get(group)]
+        beside_group = BESIDE.get(group)
+        beside = runs["id"][runs["figure"] == beside_group]
         overlay([episodes_path(run_id) for run_id in ids], FIGURES / f"{group}.png",
                 [episodes_path(run_id) for run_id in beside],
-                f"{BESIDE.get(group)} group ({len(beside)} runs)")
+                f"{beside_group} group ({len(beside)} runs)")
     scores.draw(runs[runs["figure"] == SUITE_GROUP], read_episodes, FIGURES,
                 runs[runs["figure"] == TRIAL_GROUP])
     for path, text in written_pages(runs).items():
