@@ -33,6 +33,7 @@ exits 0; the same command goes on. A run that reaches its budget becomes a row (
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -238,11 +239,18 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
            "preset": meta(run.run_dir).get("flags", {}).get("preset", ""), "flags": flags,
            "resumes": record["resumes"], "last_episode_frames": int(episodes["frames"].max()),
            "figure": TRIAL_GROUP if run.trial else GROUP, "note": note}
-    path = run.results / "runs.csv"
-    table = pd.read_csv(path, dtype=str) if path.exists() else pd.DataFrame(columns=list(row))
-    table = pd.concat([table, pd.DataFrame([row]).astype(str)], ignore_index=True)
-    table.to_csv(path, index=False)
+    append_row(run.results / "runs.csv", row)
     shutil.rmtree(run.state_dir, ignore_errors=True)  # the row and episodes replace it
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Add a row to runs.csv under a lock: suites running at once (a trial beside the
+    defaults) would otherwise each write back the table they read, without the other's row."""
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        table = pd.read_csv(path, dtype=str) if path.exists() else pd.DataFrame(columns=list(row))
+        table = pd.concat([table, pd.DataFrame([row]).astype(str)], ignore_index=True)
+        table.to_csv(path, index=False)
 
 
 def status(runs: list[SuiteRun]) -> None:

@@ -136,3 +136,16 @@ def test_the_ale_vector_bench_compares_frames_and_costs():
     assert re.search(r"round 1: toolkit [0-9.]+ core-ms per agent step, AtariVectorEnv "
                      r"[0-9.]+ \([0-9.]+x\); forward pass [0-9.]+: the actor [0-9.]+ "
                      r"against [0-9.]+ \([0-9.]+x\)", out), out
+
+
+def test_suites_writing_rows_at_once_lose_none(tmp_path):
+    """bench/suite.py: a trial and the defaults run as two suites at once, and each adds its
+    row to the same runs.csv; none of the rows is lost to the other's write."""
+    writer = ("import sys; sys.path.insert(0, 'bench'); import pathlib, suite\n"
+              "for i in range(25):\n"
+              "    suite.append_row(pathlib.Path(sys.argv[1]), {'id': f'{sys.argv[2]}-{i}'})\n")
+    writers = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path / "runs.csv"),
+                                 name], cwd=ROOT) for name in "abcd"]
+    assert [w.wait(timeout=120) for w in writers] == [0] * 4
+    ids = pd.read_csv(tmp_path / "runs.csv")["id"]
+    assert sorted(ids) == sorted(f"{name}-{i}" for name in "abcd" for i in range(25))
