@@ -9,6 +9,8 @@
 #   bench/gpu_session.sh checks [quick]           # CUDA tests, learner, inference, ingest benches (~6 min; quick ~2)
 #   bench/gpu_session.sh pong SEED [ALGO] [MIN] [-- FLAGS]   # Pong, the machine's defaults
 #   bench/gpu_session.sh ab MIN ALGO ACTORS "FLAGS A" "FLAGS B"   # seeds 1, 2 of each, at once
+#   bench/gpu_session.sh suite MIN "SUITE ARGS" ["SUITE ARGS" ...]  # bench/suite.py, each at once
+#   bench/gpu_session.sh unpack DIR [RESULTS]     # here, after `suite`: its results into results/
 #
 # DEVICE=cpu PYTHON=.venv/bin/python runs the same steps on a CPU machine (a dry run); the
 # runs go to $RUNS (default /tmp/gpu_session).
@@ -19,7 +21,26 @@
 # tar under 16 MiB (pong-ALGO-SEED.tgz.00, .01, ...); put them in .ckpt/ (ignored, carried)
 # and the same `pong` next session resumes from them, its replay empty.
 set -euo pipefail
-case "${1:-} ${2:-}" in checks*) ;; "pong "[0-9]*) ;; "ab "[0-9]*) ;; *) sed -n 2,20p "$0"; exit 2 ;; esac
+
+unpack() {
+  # Here, on the machine that keeps the results: lay what `suite` brought back (DIR holds
+  # suite.tgz.00, .01, ... and suite-removed.txt) into RESULTS, default results/, and drop
+  # the saved states of the runs that finished there (their rows replace them).
+  local from=$1 into=${2:-results}
+  local pieces=("$from"/suite.tgz.*)
+  [ -e "${pieces[0]}" ] || { echo "unpack: no suite.tgz.* in $from" >&2; exit 1; }
+  cat "${pieces[@]}" | tar xzf - -C "$into"
+  local removed
+  while IFS= read -r removed; do
+    case "$removed" in suite-state/?*) rm -rf "${into:?}/$removed" ;; esac
+  done < "$from/suite-removed.txt"
+  echo "unpacked ${#pieces[@]} pieces into $into; now: results/redraw.py, then commit"
+}
+case "${1:-} ${2:-}" in
+  checks*|"pong "[0-9]*|"ab "[0-9]*|"suite "[0-9]*) ;;
+  "unpack "?*) unpack "${@:2}"; exit ;;
+  *) sed -n 2,22p "$0"; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -167,7 +188,44 @@ ab() {
       ab-*/learner-0.log ab-*/meta.json )
 }
 
+suite() {
+  # Each argument after MIN is one bench/suite.py command line (its games, seed, trial, the
+  # flags after --), all started at once on their own ports and stopped at MIN minutes (each
+  # learner checkpoints, each suite saves its state). What they changed in the results folder
+  # (rows, episodes, saved states with their checkpoints) comes back as suite.tgz in pieces
+  # under 16 MiB, with the states that finished runs removed; `unpack` lays them in here.
+  local minutes=$1 logdir=${RUNS:-/tmp/gpu_session}/suite into=${SUITE_RESULTS:-results}
+  shift
+  machine
+  mkdir -p "$logdir"
+  local before=$logdir/.before-$$ port=18300 line pids=()
+  touch "$before"
+  ( cd "$into" && find suite-state -mindepth 1 -maxdepth 1 -type d 2> /dev/null | sort ) \
+    > "$before.states"
+  for line in "$@"; do
+    port=$((port + 1))
+    echo "suite on port $port: $line"
+    # shellcheck disable=SC2086  # a line is several arguments
+    timeout --signal=TERM --kill-after=120 "${minutes}m" "$PY" bench/suite.py \
+      --logdir="$logdir" --results="$into" --port="$port" $line \
+      > "$RESULTS/suite-$port.log" 2>&1 &
+    pids+=("$!")
+  done
+  local pid status=0
+  for pid in "${pids[@]}"; do  # 124: cut at its minutes, as planned
+    wait "$pid" || { local code=$?; [ "$code" = 124 ] || status=$code; }
+  done
+  tail -n 5 "$RESULTS"/suite-*.log
+  ( cd "$into" && find . -type f -newer "$before" ! -name '*.lock' ! -name '*.tmp' -print0 \
+      | tar czf - --null -T - ) | split -b 15M -d - "$RESULTS/suite.tgz."
+  ( cd "$into" && find suite-state -mindepth 1 -maxdepth 1 -type d 2> /dev/null | sort ) \
+    | comm -23 "$before.states" - > "$RESULTS/suite-removed.txt"
+  ls -l "$RESULTS"/suite.tgz.* "$RESULTS/suite-removed.txt"
+  return "$status"
+}
+
 case "${1:-}" in
+  suite) shift; suite "$@" 2>&1 | tee "$RESULTS/suite.log" ;;
   ab) shift; ab "$@" 2>&1 | tee "$RESULTS/ab.log" ;;
   checks) checks "${2:-}" 2>&1 | tee "$RESULTS/checks.log" ;;
   pong) shift; pong "$@" 2>&1 | tee "$RESULTS/pong-${2:-impala}-$1.log" ;;

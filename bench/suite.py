@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         result = train(run, args.port, args.extra, stop)
         if run.until and run.reached_its_end():
             result = "finished"
-        elif stop.requested.is_set():
+        if result != "finished" and stop.requested.is_set():
             print(f"[suite] {run.run_id}: stopped at {frames_so_far(run.run_dir) / 1e6:.2f}M "
                   f"frames, state in {run.state_dir}")
             return 0
@@ -337,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         record_row(run, args.extra)
         print(f"[suite] {run.run_id}: finished, recorded in {run.results / 'runs.csv'}")
+        if stop.requested.is_set():  # it came as the run finished
+            return 0
     return 0
 
 

@@ -66,6 +66,38 @@ def test_the_gpu_session_script_runs_a_pong_run_and_keeps_its_curve(tmp_path):
     assert "| main (" in actor, result.stdout[-3000:]
 
 
+@pytest.mark.slow
+def test_the_gpu_session_script_runs_suites_at_once_and_brings_their_results_back(tmp_path):
+    """bench/gpu_session.sh suite, dry-run on the CPU: two suites at once, one cut at the
+    call's minutes (its state comes back to resume from) and one finished (its row and
+    episodes come back, and the state it had before goes); `unpack` lays that into the
+    results folder that is kept."""
+    device, kept, out = (tmp_path / name for name in ("device", "kept", "out"))
+    small = "-- --num_actors=1 --num_envs=2 --checkpoint_interval_s=2"
+    for results in (device, kept):  # a Breakout run stopped before its first checkpoint
+        (results / "suite-state" / "impala-breakout-v5-s1").mkdir(parents=True)
+        (results / "suite-state" / "impala-breakout-v5-s1" / "suite.json").write_text(
+            '{"commit": "abc", "resumes": 0, "resumes_without_replay": 0}')
+    result = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_session.sh"), "suite", "3",
+         f"--games=Pong {small}", f"--games=Breakout --frames=2000 {small}"],
+        capture_output=True, text=True, timeout=400,
+        env={**os.environ, "PYTHON": sys.executable, "OUT": str(out),
+             "RUNS": str(tmp_path / "runs"), "SUITE_RESULTS": str(device)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (out / "suite-removed.txt").read_text() == "suite-state/impala-breakout-v5-s1\n"
+    unpacked = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh"), "unpack",
+                               str(out), str(kept)], capture_output=True, text=True, timeout=60)
+    assert unpacked.returncode == 0, unpacked.stderr
+    assert list(pd.read_csv(kept / "runs.csv")["id"]) == ["impala-breakout-v5-s1"]
+    assert pd.read_csv(kept / "runs.csv")["commit"].iloc[0] == "abc"
+    assert len(pd.read_csv(kept / "episodes" / "impala-breakout-v5-s1.csv")) > 0
+    assert not (kept / "suite-state" / "impala-breakout-v5-s1").exists()
+    pong = kept / "suite-state" / "impala-pong-v5-s1"
+    assert {"checkpoint.pt", "logs.csv", "meta.json", "suite.json"} <= {
+        path.name for path in pong.iterdir()}
+
+
 def thread_table(output: str, label: str) -> str:
     """The rows bench/threads.py printed after `label: process ...` (the two samples run at
     once, so either may come first)."""
