@@ -26,7 +26,7 @@ unpack() {
   # Here, on the machine that keeps the results: lay what `suite` brought back (DIR holds
   # suite.tgz.00, .01, ... and suite-removed.txt) into RESULTS, default results/, and drop
   # the saved states of the runs that finished there (their rows replace them).
-  local from=$1 into=${2:-results}
+  local from=$1 into=${2:-$(dirname "$0")/../results}
   local pieces=("$from"/suite.tgz.*)
   [ -e "${pieces[0]}" ] || { echo "unpack: no suite.tgz.* in $from" >&2; exit 1; }
   cat "${pieces[@]}" | tar xzf - -C "$into"
