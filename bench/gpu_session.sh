@@ -216,6 +216,7 @@ suite() {
     wait "$pid" || { local code=$?; [ "$code" = 124 ] || status=$code; }
   done
   tail -n 5 "$RESULTS"/suite-*.log
+  rm -f "$RESULTS"/suite.tgz.*  # an earlier call's pieces would join this call's tar
   ( cd "$into" && find . -type f -newer "$before" ! -name '*.lock' ! -name '*.tmp' -print0 \
       | tar czf - --null -T - ) | split -b 15M -d - "$RESULTS/suite.tgz."
   ( cd "$into" && find suite-state -mindepth 1 -maxdepth 1 -type d 2> /dev/null | sort ) \
