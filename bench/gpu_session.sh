@@ -188,6 +188,10 @@ ab() {
       ab-*/learner-0.log ab-*/meta.json )
 }
 
+saved_states() {  # the run folders under RESULTS/suite-state, sorted
+  ( cd "$1" && find suite-state -mindepth 1 -maxdepth 1 -type d 2> /dev/null | sort )
+}
+
 suite() {
   # Each argument after MIN is one bench/suite.py command line (its games, seed, trial, the
   # flags after --), all started at once on their own ports and stopped at MIN minutes (each
@@ -200,8 +204,7 @@ suite() {
   mkdir -p "$logdir"
   local before=$logdir/.before-$$ port=18300 line pids=()
   touch "$before"
-  ( cd "$into" && find suite-state -mindepth 1 -maxdepth 1 -type d 2> /dev/null | sort ) \
-    > "$before.states"
+  saved_states "$into" > "$before.states"
   for line in "$@"; do
     port=$((port + 1))
     echo "suite on port $port: $line"
@@ -219,8 +222,7 @@ suite() {
   rm -f "$RESULTS"/suite.tgz.*  # an earlier call's pieces would join this call's tar
   ( cd "$into" && find . -type f -newer "$before" ! -name '*.lock' ! -name '*.tmp' -print0 \
       | tar czf - --null -T - ) | split -b 15M -d - "$RESULTS/suite.tgz."
-  ( cd "$into" && find suite-state -mindepth 1 -maxdepth 1 -type d 2> /dev/null | sort ) \
-    | comm -23 "$before.states" - > "$RESULTS/suite-removed.txt"
+  saved_states "$into" | comm -23 "$before.states" - > "$RESULTS/suite-removed.txt"
   ls -l "$RESULTS"/suite.tgz.* "$RESULTS/suite-removed.txt"
   return "$status"
 }

@@ -314,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stop = Stop()
     for index, run in enumerate(args.runs, 1):
+        if stop.requested.is_set():  # it came between runs: start no other
+            return 0
         if run.run_id in finished_ids(run.results):
             print(f"[suite] {index}/{len(args.runs)} {run.run_id}: finished, skipped")
             continue
@@ -325,20 +327,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{run.last_frame / 1e6:g}M frames, log {run.run_dir / 'suite-experiment.log'}",
               flush=True)
         result = train(run, args.port, args.extra, stop)
-        if run.until and run.reached_its_end():
-            result = "finished"
-        if result != "finished" and stop.requested.is_set():
+        if result == "finished" or (run.until and run.reached_its_end()):
+            record_row(run, args.extra)  # even if a stop came as it finished
+            print(f"[suite] {run.run_id}: finished, recorded in {run.results / 'runs.csv'}")
+            continue
+        if stop.requested.is_set():
             print(f"[suite] {run.run_id}: stopped at {frames_so_far(run.run_dir) / 1e6:.2f}M "
                   f"frames, state in {run.state_dir}")
             return 0
-        if result != "finished":
-            print(f"[suite] {run.run_id}: the run ended {result or 'without a status'}; see "
-                  f"{run.run_dir / 'suite-experiment.log'}", file=sys.stderr)
-            return 1
-        record_row(run, args.extra)
-        print(f"[suite] {run.run_id}: finished, recorded in {run.results / 'runs.csv'}")
-        if stop.requested.is_set():  # it came as the run finished
-            return 0
+        print(f"[suite] {run.run_id}: the run ended {result or 'without a status'}; see "
+              f"{run.run_dir / 'suite-experiment.log'}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -33,9 +33,9 @@ def install_stop_handlers(stop: threading.Event) -> None:
 
 def exit_now() -> NoReturn:
     """End an actor that has closed its socket and environments without the interpreter's
-    teardown: a full garbage collection of torch's objects that buys nothing here, and on
-    a loaded machine, at the actor's lower priority, can outlast the supervisor's grace
-    after SIGTERM, so that a clean stop ends in a kill."""
+    teardown: its final garbage collection buys nothing here, and on a loaded machine, at
+    the actor's lower priority, can outlast the supervisor's grace after SIGTERM, so that a
+    clean stop ends in a kill."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

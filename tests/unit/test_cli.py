@@ -19,8 +19,8 @@ exit_now()
 
 
 def test_an_actor_ends_without_the_interpreters_teardown_and_keeps_its_last_log_line():
-    """A stopped actor skips the teardown (a full collection of torch's objects that can
-    outlast the supervisor's grace on a loaded machine) and exits 0, its log written."""
+    """A stopped actor skips the teardown (a final garbage collection that can outlast the
+    supervisor's grace on a loaded machine) and exits 0, its log written."""
     ended = subprocess.run([sys.executable, "-c", ACTOR_END], cwd=ROOT, capture_output=True,
                            text=True, timeout=60)
     assert ended.returncode == 0, ended.stderr
