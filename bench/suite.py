@@ -2,8 +2,8 @@
 again at will, each finished run a row of results/runs.csv with its episodes file.
 
   .venv/bin/python bench/suite.py                       # Atari-5, Pong, Breakout, 10M frames
-  .venv/bin/python bench/suite.py --games=Pong,Breakout --seed=2
-  .venv/bin/python bench/suite.py --status              # where each run stands; starts nothing
+  .venv/bin/python bench/suite.py --games=atari5,Breakout --seed=2
+  .venv/bin/python bench/suite.py --status              # each run's place, return per 1M
   .venv/bin/python bench/suite.py --games=BattleZone --trial=ent0.001 --until=3000000 \
       -- --entropy_cost=0.001                           # a trial beside the defaults
 
@@ -33,129 +33,32 @@ exits 0; the same command goes on. A run that reaches its budget becomes a row (
 from __future__ import annotations
 
 import argparse
-import fcntl
-import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import common
-import pandas as pd
+from suite_records import (
+    SuiteRun,
+    finished_ids,
+    frames_so_far,
+    iteration_line,
+    meta,
+    read_record,
+    record_row,
+    restore_state,
+    save_state,
+    write_record,
+)
 
 from results.scores import README_GAMES
 
 # `readme`: the games of the README's table, Atari-5 first
 SUITES = {"atari5": README_GAMES[:5], "readme": README_GAMES}
-STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
-EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
-GROUP = "suite"
-TRIAL_GROUP = "suite-trial"  # other settings, beside the defaults on the suite's page
-
-
-@dataclass(frozen=True)
-class SuiteRun:
-    """One game of the suite: where it runs and where its records go."""
-
-    game: str
-    algorithm: str
-    seed: int
-    frames: int
-    logdir: Path
-    results: Path
-    trial: str = ""  # a trial's name: its flags differ from the defaults
-    until: int = 0  # a trial's last frame, on the schedule of `frames` (0: all of them)
-
-    @property
-    def level(self) -> str:
-        return f"ALE/{self.game}-v5"
-
-    @property
-    def run_id(self) -> str:
-        trial = f"-{self.trial}" if self.trial else ""
-        return f"{self.algorithm}-{self.game.lower()}-v5-s{self.seed}{trial}"
-
-    @property
-    def last_frame(self) -> int:
-        return self.until or self.frames
-
-    def reached_its_end(self) -> bool:
-        return frames_so_far(self.run_dir) >= self.last_frame
-
-    @property
-    def run_dir(self) -> Path:
-        return self.logdir / self.run_id
-
-    @property
-    def state_dir(self) -> Path:
-        return self.results / "suite-state" / self.run_id
-
-    @property
-    def record_file(self) -> Path:
-        return self.state_dir / "suite.json"
-
-
-def read_record(run: SuiteRun) -> dict:
-    """What the suite keeps of a run across stops: commit at its start, resumes, how many
-    of them began without the replay."""
-    if run.record_file.exists():
-        return json.loads(run.record_file.read_text())
-    return {"commit": common.git_commit(), "resumes": 0, "resumes_without_replay": 0}
-
-
-def write_record(run: SuiteRun, record: dict) -> None:
-    run.state_dir.mkdir(parents=True, exist_ok=True)
-    run.record_file.write_text(json.dumps(record, indent=1) + "\n")
-
-
-def finished_ids(results: Path) -> set[str]:
-    runs = results / "runs.csv"
-    return set(pd.read_csv(runs)["id"]) if runs.exists() else set()
-
-
-def frames_so_far(run_dir: Path) -> int:
-    """The frame count of the run's last log row (0 before the first)."""
-    try:
-        logs = pd.read_csv(run_dir / "logs.csv")
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        return 0
-    return int(logs["frames"].iloc[-1]) if len(logs) else 0
-
-
-def meta(run_dir: Path) -> dict:
-    """The run's meta.json ({} before the learner writes it)."""
-    try:
-        return json.loads((run_dir / "meta.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def save_state(run: SuiteRun) -> None:
-    """Copy what a resume on another machine needs into the run's state folder."""
-    run.state_dir.mkdir(parents=True, exist_ok=True)
-    for name in STATE_FILES:
-        source = run.run_dir / name
-        if source.exists():
-            target = run.state_dir / name
-            shutil.copy2(source, target.with_name(name + ".tmp"))
-            os.replace(target.with_name(name + ".tmp"), target)
-
-
-def restore_state(run: SuiteRun) -> bool:
-    """Lay a saved state into a run directory that lacks a checkpoint; True if one was."""
-    if (run.run_dir / "checkpoint.pt").exists() or not (run.state_dir / "checkpoint.pt").exists():
-        return False
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    for name in STATE_FILES:
-        if (run.state_dir / name).exists():
-            shutil.copy2(run.state_dir / name, run.run_dir / name)
-    return True
 
 
 def experiment_command(run: SuiteRun, port: int, extra: list[str]) -> list[str]:
@@ -217,54 +120,43 @@ def train(run: SuiteRun, port: int, extra: list[str], stop: Stop) -> str | None:
     return meta(run.run_dir).get("exit_status")
 
 
-def record_row(run: SuiteRun, extra: list[str]) -> None:
-    """The finished run as a row of runs.csv, with its episodes file beside it."""
-    episodes = pd.read_csv(run.run_dir / "episodes-0.csv")[EPISODE_COLUMNS]
-    episodes = episodes[episodes["frames"] <= run.last_frame]  # a trial runs on to its next log row
-    (run.results / "episodes").mkdir(parents=True, exist_ok=True)
-    episodes.to_csv(run.results / "episodes" / f"{run.run_id}.csv", index=False)
-    record = read_record(run)
-    logs = pd.read_csv(run.run_dir / "logs.csv")
-    speed = logs["frames"].iloc[-1] / logs["interval_s"].sum()  # the time it trained
-    note = (f"benchmark suite, ALE v5 protocol; {speed:,.0f} frames/s; "
-            f"{record['resumes']} resumes")
-    if run.until:
-        note = (f"a trial, stopped at {run.until / 1e6:g}M frames of a "
-                f"{run.frames / 1e6:g}M-frame schedule; {note}")
-    if record["resumes_without_replay"]:
-        note += f", {record['resumes_without_replay']} of them with an empty replay"
-    flags = " ".join([f"--total_environment_frames={run.frames}", *extra])
-    row = {"id": run.run_id, "algorithm": run.algorithm, "level": run.level,
-           "seed": run.seed, "machine": common.machine_name(), "commit": record["commit"],
-           "preset": meta(run.run_dir).get("flags", {}).get("preset", ""), "flags": flags,
-           "resumes": record["resumes"], "last_episode_frames": int(episodes["frames"].max()),
-           "figure": TRIAL_GROUP if run.trial else GROUP, "note": note}
-    append_row(run.results / "runs.csv", row)
-    shutil.rmtree(run.state_dir, ignore_errors=True)  # the row and episodes replace it
-
-
-def append_row(path: Path, row: dict) -> None:
-    """Add a row to runs.csv under a lock: suites running at once (a trial beside the
-    defaults) would otherwise each write back the table they read, without the other's row."""
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        table = pd.read_csv(path, dtype=str) if path.exists() else pd.DataFrame(columns=list(row))
-        table = pd.concat([table, pd.DataFrame([row]).astype(str)], ignore_index=True)
-        table.to_csv(path, index=False)
-
-
 def status(runs: list[SuiteRun]) -> None:
+    """Where each run stands, and its mean return per 1M frames so far."""
     done = finished_ids(runs[0].results)
     for index, run in enumerate(runs, 1):
+        reached = frames_so_far(run.run_dir)
         if run.run_id in done:
-            where = "finished (a row in runs.csv)"
+            where, reached = "finished (a row in runs.csv)", run.last_frame
         elif (run.run_dir / "checkpoint.pt").exists():
-            where = f"at {frames_so_far(run.run_dir) / 1e6:.2f}M frames in {run.run_dir}"
+            where = f"at {reached / 1e6:.2f}M frames in {run.run_dir}"
         elif (run.state_dir / "checkpoint.pt").exists():
-            where = f"saved at {frames_so_far(run.state_dir) / 1e6:.2f}M frames in {run.state_dir}"
+            reached = frames_so_far(run.state_dir)
+            where = f"saved at {reached / 1e6:.2f}M frames in {run.state_dir}"
         else:
             where = "not started"
         print(f"[suite] {index}/{len(runs)} {run.run_id}: {where}")
+        line = iteration_line(run, reached)
+        if line:
+            print(f"        mean return per 1M frames: {line}")
+
+
+def games_named(games: str, parser: argparse.ArgumentParser) -> list[str]:
+    """`atari5,Breakout` -> the five Atari-5 games and Breakout, each an ALE v5 game."""
+    import ale_py
+    import gymnasium
+
+    gymnasium.register_envs(ale_py)
+    names: list[str] = []
+    for name in (part.strip() for part in games.split(",") if part.strip()):
+        names += [game for game in SUITES.get(name, (name,)) if game not in names]
+    unknown = [game for game in names if f"ALE/{game}-v5" not in gymnasium.registry]
+    if unknown:
+        parser.error(f"--games={games}: no ALE game {', '.join(map(repr, unknown))}; a suite "
+                     f"({', '.join(SUITES)}) or games as ale-py names them (Pong, "
+                     "BattleZone, NameThisGame)")
+    if not names:
+        parser.error("--games names no game")
+    return names
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -290,9 +182,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "as the defaults' runs do")
     parser.add_argument("extra", nargs="*", help="more experiment.py flags (after --)")
     args = parser.parse_args(argv)
-    names = SUITES.get(args.games) or tuple(g.strip() for g in args.games.split(",") if g.strip())
-    if not names:
-        parser.error("--games names no game")
+    names = games_named(args.games, parser)
     if args.trial and not re.fullmatch(r"[A-Za-z0-9.-]+", args.trial):
         parser.error(f"--trial={args.trial!r}: use letters, digits, '.' and '-'")
     if args.trial and not args.extra:

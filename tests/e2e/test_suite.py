@@ -68,6 +68,7 @@ def test_the_suite_stops_resumes_on_a_new_machine_records_and_skips(tmp_path):
     status = subprocess.run(suite(tmp_path, "--status"), capture_output=True, text=True,
                             cwd=ROOT, timeout=60)
     assert status.stdout.count("finished (a row in runs.csv)") == 2
+    assert status.stdout.count("mean return per 1M frames: 1M ") == 2, status.stdout
 
 
 def test_a_trial_keeps_the_suites_schedule_stops_at_its_frame_and_is_recorded_apart(tmp_path):

@@ -173,9 +173,10 @@ def test_the_ale_vector_bench_compares_frames_and_costs():
 def test_suites_writing_rows_at_once_lose_none(tmp_path):
     """bench/suite.py: a trial and the defaults run as two suites at once, and each adds its
     row to the same runs.csv; none of the rows is lost to the other's write."""
-    writer = ("import sys; sys.path.insert(0, 'bench'); import pathlib, suite\n"
+    writer = ("import sys; sys.path.insert(0, 'bench'); import pathlib, suite_records\n"
               "for i in range(25):\n"
-              "    suite.append_row(pathlib.Path(sys.argv[1]), {'id': f'{sys.argv[2]}-{i}'})\n")
+              "    row = {'id': f'{sys.argv[2]}-{i}'}\n"
+              "    suite_records.append_row(pathlib.Path(sys.argv[1]), row)\n")
     writers = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path / "runs.csv"),
                                  name], cwd=ROOT) for name in "abcd"]
     assert [w.wait(timeout=120) for w in writers] == [0] * 4

@@ -1,0 +1,51 @@
+"""bench/suite.py's view of a run in progress (`--status`): the mean return of each 1M-frame
+iteration wherever the run's episodes are now, the last one marked while it is partial; and
+the games it is given, checked against ale-py's before anything starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+
+from tests.helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from suite_records import SuiteRun, iteration_line  # noqa: E402
+
+
+def write_episodes(path, frames: list[int], returns: list[float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"time": 0.0, "frames": frames, "episode_return": returns,
+                  "episode_length": 100}).to_csv(path, index=False)
+
+
+def test_a_saved_run_shows_each_iterations_mean_and_marks_the_partial_one(tmp_path):
+    run = SuiteRun("Breakout", "impala", 1, 10_000_000, tmp_path / "runs", tmp_path / "results")
+    assert iteration_line(run, 0) is None
+    # an episode ending exactly at 1M belongs to the first iteration, as in Dopamine's
+    write_episodes(run.state_dir / "episodes-0.csv", [400_000, 1_000_000, 1_000_001, 2_300_000],
+                   [1.0, 3.0, 10.0, 21.0])
+    assert iteration_line(run, 2_400_000) == "1M 2.0 | 2M 10.0 | 3M 21.0 (so far)"
+    # the run directory is newer than the saved state, and a finished run's file newest
+    write_episodes(run.run_dir / "episodes-0.csv", [500_000, 3_000_000], [4.0, 30.0])
+    assert iteration_line(run, 3_000_000) == "1M 4.0 | 3M 30.0"
+    write_episodes(run.results / "episodes" / f"{run.run_id}.csv", [900_000], [7.0])
+    assert iteration_line(run, 1_000_000) == "1M 7.0"
+
+
+def suite_status(games: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "suite.py"), f"--games={games}",
+                           "--status", "--logdir=/nonexistent", "--results=/nonexistent"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_a_suite_name_in_a_list_is_expanded_and_a_misspelt_game_refused():
+    listed = suite_status("atari5,Breakout,Qbert")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[2] for line in listed.stdout.splitlines()] == [
+        "impala-battlezone-v5-s1:", "impala-doubledunk-v5-s1:", "impala-namethisgame-v5-s1:",
+        "impala-phoenix-v5-s1:", "impala-qbert-v5-s1:", "impala-breakout-v5-s1:"]
+    refused = suite_status("Pong,Qbret")
+    assert refused.returncode == 2 and "no ALE game 'Qbret'" in refused.stderr
