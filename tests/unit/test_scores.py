@@ -86,3 +86,6 @@ def test_a_trial_is_shown_beside_the_defaults_for_the_iterations_it_reached():
     assert table[0] == "| run | flags | commit | 1M | 2M |"
     assert table[2] == "| d | the defaults | abc | 100 | 200 |"
     assert table[3] == "| t | `--entropy_cost=0.001` | def | 200 | 2,950 |"
+    episodes["t"]["episode_return"] /= 100  # a game of small returns keeps its tenths
+    table = scores.trial_lines(runs, trials, episodes.__getitem__)[lines.index("### Qbert") + 2:]
+    assert table[3] == "| t | `--entropy_cost=0.001` | def | 2.0 | 29.5 |"
