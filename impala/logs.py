@@ -84,7 +84,7 @@ def drop_rows_after(path: Path, frames: int) -> int:
         return 0
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "w", newline="") as file:
-        csv.writer(file).writerows([header, *kept])
+        csv.writer(file, lineterminator="\n").writerows([header, *kept])
     os.replace(temporary, path)
     return len(body) - len(kept)
 
@@ -101,7 +101,10 @@ class CsvLog:
                 columns = next(csv.reader(existing), None) or columns
         self.columns = columns
         self._file = open(path, "a", newline="")  # noqa: SIM115 - closed in close()
-        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
+        # "\n", not the csv module's "\r\n": the files are copied into results/ beside
+        # pandas-written ones, and git shows a line-end change as the whole file changed
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore",
+                                      lineterminator="\n")
         if new:
             self._writer.writeheader()
             self._file.flush()

@@ -37,6 +37,20 @@ def test_a_resumed_run_appends_under_the_header_already_there(tmp_path):
     assert frame["frames"].tolist() == [10, 20]
 
 
+def test_log_files_end_their_lines_as_pandas_does(tmp_path):
+    """One line end ("\\n") for the files a run writes and those pandas writes beside them in
+    results/, also after a restarted learner trims rows; else a copy shows as all changed."""
+    log = CsvLog(tmp_path / "episodes-0.csv", ["frames", "episode_return"])
+    for frames in (100, 200, 300):
+        log.write({"frames": frames, "episode_return": 1.0})
+    log.close()
+    assert (tmp_path / "episodes-0.csv").read_bytes().count(b"\n") == 4
+    assert b"\r" not in (tmp_path / "episodes-0.csv").read_bytes()
+    assert logs.drop_rows_after(tmp_path / "episodes-0.csv", 200) == 1
+    assert (tmp_path / "episodes-0.csv").read_bytes() == (
+        b"frames,episode_return\n100,1.0\n200,1.0\n")
+
+
 def test_the_status_line_reads_a_row_and_shows_what_is_missing_as_n_a():
     row = {"frames": 1_200_000.0, "sps": 1850.4, "mean_episode_return": -20.14,
            "episodes": 12.0, "policy_lag": 4.06, "total_loss": 3.21}
