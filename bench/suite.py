@@ -124,16 +124,16 @@ def status(runs: list[SuiteRun]) -> None:
     """Where each run stands, and its mean return per 1M frames so far."""
     done = finished_ids(runs[0].results)
     for index, run in enumerate(runs, 1):
-        reached = frames_so_far(run.run_dir)
         if run.run_id in done:
             where, reached = "finished (a row in runs.csv)", run.last_frame
         elif (run.run_dir / "checkpoint.pt").exists():
+            reached = frames_so_far(run.run_dir)
             where = f"at {reached / 1e6:.2f}M frames in {run.run_dir}"
         elif (run.state_dir / "checkpoint.pt").exists():
             reached = frames_so_far(run.state_dir)
             where = f"saved at {reached / 1e6:.2f}M frames in {run.state_dir}"
         else:
-            where = "not started"
+            where, reached = "not started", 0
         print(f"[suite] {index}/{len(runs)} {run.run_id}: {where}")
         line = iteration_line(run, reached)
         if line:

@@ -23,6 +23,7 @@ EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 GROUP = "suite"
 TRIAL_GROUP = "suite-trial"  # other settings, beside the defaults on the suite's page
 
+
 @dataclass(frozen=True)
 class SuiteRun:
     """One game of the suite: where it runs and where its records go."""
@@ -177,7 +178,8 @@ def iteration_line(run: SuiteRun, reached: int) -> str | None:
     episodes = episodes_so_far(run)
     if episodes is None:
         return None
-    cells = [f"{end / 1e6:g}M {mean:,.1f}" for end, mean in iteration_means(episodes).items()]
-    if iteration_means(episodes).index[-1] > reached:
+    means = iteration_means(episodes)
+    cells = [f"{end / 1e6:g}M {mean:,.1f}" for end, mean in means.items()]
+    if means.index[-1] > reached:
         cells[-1] += " (so far)"
     return " | ".join(cells)

@@ -100,11 +100,12 @@ def pulls(model, cfg, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float],
         actions=batch["action"][:-1], discounts=discounts, rewards=rewards,
         values=values[:-1].detach(), bootstrap_value=values[-1].detach())
     pg = policy_gradient_loss(logits[:-1], batch["action"][:-1], returns.pg_advantages)
-    bonus = cfg.algorithm_flags.entropy_cost * entropy_loss(logits[:-1])
+    neg_entropy = entropy_loss(logits[:-1])
+    bonus = cfg.algorithm_flags.entropy_cost * neg_entropy
     g_pg, g_bonus = gradient(pg, model, keep=True), gradient(bonus, model)
     figures = {"abs_advantage": float(returns.pg_advantages.abs().mean()),
                "reward_steps": float((rewards != 0).float().mean()),
-               "entropy": float(-entropy_loss(logits[:-1].detach()) / rewards.numel()),
+               "entropy": float(-neg_entropy.detach() / rewards.numel()),
                **compare(g_pg, g_bonus)}
     return figures, g_pg, g_bonus
 
