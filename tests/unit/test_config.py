@@ -153,12 +153,13 @@ def test_the_flags_page_lists_every_preset_value():
 
 def test_derived_values_come_from_the_config_alone():
     cfg = config_of({"level_name": "CartPole-v1", "agent_name": "MLPAgent", "logdir": "/tmp/r",
-                     "discounting": 0.9, "entropy_cost": 0.02, "num_action_repeats": 1})
+                     "discounting": 0.9, "entropy_cost": 0.02, "entropy_floor": 0.7,
+                     "num_action_repeats": 1})
     assert str(cfg.run_dir) == "/tmp/r/CartPole-v1_MLPAgent"
     assert cfg.env_config.level_name == "CartPole-v1"
     assert cfg.env_config.num_action_repeats == 1
     loss = build_algorithm(cfg).learning(model=None).config  # IMPALA's: no model needed
-    assert (loss.discounting, loss.entropy_cost) == (0.9, 0.02)
+    assert (loss.discounting, loss.entropy_cost, loss.entropy_floor) == (0.9, 0.02, 0.7)
     assert str(Config(learner_device="cpu").device_for(3)) == "cpu"
     # auto and cuda: tests/integration/test_machine_defaults.py (a GPU per rank, if any)
 

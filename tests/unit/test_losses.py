@@ -2,10 +2,13 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from impala.algorithms.impala import loss as losses
+from impala.flags import parse_config
+from impala.presets import config_from_flags
 
 
 def test_abs_one_clipping():
@@ -113,3 +116,59 @@ def test_impala_loss_reports_clipped_importance_weights():
     )
     assert stats.rho_clipped == pytest.approx(0.5)
     assert stats.policy_kl > 0
+
+
+def _batch(seed: int, logit_scale: float):
+    """Loss inputs of a 4-step, 3-column batch over 5 actions, logits scaled so that the
+    policy is near uniform (small scale) or sharp (large)."""
+    T, B, A = 4, 3, 5
+    generator = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(T + 1, B, A, generator=generator) * logit_scale).requires_grad_()
+    baseline = torch.randn(T + 1, B, generator=generator).requires_grad_()
+    actions = torch.randint(0, A, (T + 1, B), generator=generator)
+    rewards = torch.randn(T + 1, B, generator=generator)
+    return logits, baseline, actions, rewards, torch.zeros(T + 1, B, dtype=torch.bool)
+
+
+def _gradients(inputs, config: losses.ImpalaLossConfig):
+    logits, baseline, actions, rewards, done = inputs
+    stats = losses.impala_loss(logits, baseline, logits.detach(), actions, rewards, done, config)
+    grads = torch.autograd.grad(stats.total_loss, (logits, baseline))
+    return stats, grads
+
+
+@pytest.mark.parametrize("logit_scale, mean_entropy_is_below_floor", [(0.1, False), (5.0, True)])
+def test_the_entropy_floor_applies_the_bonus_only_to_batches_below_it(
+        logit_scale, mean_entropy_is_below_floor):
+    """The floor is a fraction of log A; above it the gradient is that of the loss without
+    the bonus, below it that of the loss with the whole bonus."""
+    inputs = _batch(seed=3, logit_scale=logit_scale)
+    floor = 0.8
+    probabilities = torch.softmax(inputs[0][:-1].detach().double(), dim=-1).numpy()
+    entropy = -(probabilities * np.log(probabilities)).sum(axis=-1).mean()
+    assert (entropy < floor * math.log(5)) == mean_entropy_is_below_floor
+    stats, floored = _gradients(inputs, losses.ImpalaLossConfig(entropy_cost=0.3,
+                                                                entropy_floor=floor))
+    reference = losses.ImpalaLossConfig(entropy_cost=0.3 if mean_entropy_is_below_floor
+                                        else 0.0)
+    _, expected = _gradients(inputs, reference)
+    for got, want in zip(floored, expected, strict=True):
+        assert torch.allclose(got, want, atol=1e-6)
+    assert stats.entropy.item() == pytest.approx(entropy, rel=1e-5)
+    assert stats.entropy_bonus_on.item() == float(mean_entropy_is_below_floor)
+
+
+def test_without_a_floor_the_bonus_always_applies():
+    inputs = _batch(seed=4, logit_scale=0.1)
+    stats, plain = _gradients(inputs, losses.ImpalaLossConfig(entropy_cost=0.3))
+    _, without = _gradients(inputs, losses.ImpalaLossConfig(entropy_cost=0.0))
+    assert stats.entropy_bonus_on.item() == 1.0
+    assert not torch.allclose(plain[0], without[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("value", ["1.0", "-0.1", "nan"])
+def test_an_entropy_floor_outside_0_to_1_is_refused_with_the_flag_named(value):
+    with pytest.raises(SystemExit):
+        parse_config(["--level_name=CartPole-v1", f"--entropy_floor={value}"])
+    with pytest.raises(ValueError, match=r"--entropy_floor must be in \[0, 1\)"):
+        config_from_flags({"level_name": "CartPole-v1", "entropy_floor": float(value)})

@@ -23,6 +23,9 @@ POLICY, BASELINE = "policy_logits", "baseline"  # its heads (and POLICY is recor
 @dataclass(frozen=True)
 class ImpalaFlags:
     entropy_cost: float = flag(0.01, "weight of the entropy bonus")
+    entropy_floor: float = flag(0.0, "the entropy bonus applies only to batches whose mean "
+                                "policy entropy is below this fraction of the uniform "
+                                "policy's (0.8: 80%% of log A nats); 0: always")
     baseline_cost: float = flag(0.5, "weight of the baseline loss")
     trust_region_threshold: float = flag(0.0, "LASER's trust region: replayed steps whose "
                                          "KL(learner policy || behaviour policy) exceeds "
@@ -60,8 +63,8 @@ class Impala(Algorithm):
     heads = (Head(POLICY, per_action=True, init_gain=0.01),
              Head(BASELINE, per_action=False, init_gain=1.0))
     recorded = POLICY  # the behaviour policy, for V-trace's importance weights
-    log_scalars = ("pg_loss", "baseline_loss", "entropy", "policy_kl", "rho_clipped",
-                   "trust_region_masked")
+    log_scalars = ("pg_loss", "baseline_loss", "entropy", "entropy_bonus_on", "policy_kl",
+                   "rho_clipped", "trust_region_masked")
     panels = (Panel("loss terms (sums over the batch)", ("total_loss", "pg_loss",
                                                          "baseline_loss"), symlog=True),
               Panel("policy entropy (nats per step)", ("entropy",)))
@@ -74,3 +77,6 @@ class Impala(Algorithm):
         if not cfg.algorithm_flags.trust_region_threshold >= 0:
             yield (f"--trust_region_threshold must be >= 0, got "
                    f"{cfg.algorithm_flags.trust_region_threshold}")
+        if not 0 <= cfg.algorithm_flags.entropy_floor < 1:
+            yield (f"--entropy_floor must be in [0, 1) (a fraction of the uniform policy's "
+                   f"entropy), got {cfg.algorithm_flags.entropy_floor}")

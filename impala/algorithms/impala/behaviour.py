@@ -32,7 +32,8 @@ class ImpalaBehaviour(Behaviour):
     def learning(self, model: Agent) -> Learning:
         s, cfg = self.flags, self.cfg
         return ImpalaLearning(ImpalaLossConfig(cfg.discounting, s.baseline_cost, s.entropy_cost,
-                                               cfg.reward_clipping, s.trust_region_threshold))
+                                               cfg.reward_clipping, s.trust_region_threshold,
+                                               s.entropy_floor))
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
         return sample_actions(heads[POLICY])  # sampled, as the paper evaluates
@@ -59,7 +60,8 @@ class ImpalaLearning(Learning):
             column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),
         )
         scalars = {"pg_loss": stats.pg_loss, "baseline_loss": stats.baseline_loss,
-                   "entropy": stats.entropy, "policy_kl": stats.policy_kl,
+                   "entropy": stats.entropy, "entropy_bonus_on": stats.entropy_bonus_on,
+                   "policy_kl": stats.policy_kl,
                    "rho_clipped": stats.rho_clipped,
                    "trust_region_masked": stats.trust_region_masked}
         return LossResult(stats.total_loss, scalars, stats.unroll_errors,

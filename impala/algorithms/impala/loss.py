@@ -8,6 +8,7 @@ last step of the previous one, so agent outputs use steps [0, T) and environment
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -27,6 +28,9 @@ class ImpalaLossConfig:
     # LASER's trust region: a replayed step whose KL(pi || mu) exceeds this (nats) is left
     # out of the policy-gradient and baseline losses; 0 turns the mask off.
     trust_region_threshold: float = 0.0
+    # The entropy bonus applies only to batches whose fresh steps' mean entropy is below
+    # this fraction of the uniform policy's (log A nats); 0: it always applies.
+    entropy_floor: float = 0.0
 
 
 def sample_actions(policy_logits: torch.Tensor) -> torch.Tensor:
@@ -77,6 +81,7 @@ class LossStats(NamedTuple):
     pg_loss: torch.Tensor
     baseline_loss: torch.Tensor
     entropy: torch.Tensor  # mean policy entropy per fresh step (nats), for logging
+    entropy_bonus_on: torch.Tensor  # 1.0 where the bonus applied to this batch, else 0.0
     # How far the learner's policy has moved from the one that acted: large values mean
     # V-trace cuts most traces and the update learns little from the batch.
     policy_kl: torch.Tensor  # mean KL(behaviour || target) per fresh step (nats)
@@ -154,18 +159,36 @@ def impala_loss(
     # bonus would shrink to 1 / (1 + r) of its weight against the policy gradient at
     # replay ratio r (Pong at r = 4: entropy ~1.3 against ~1.6 without replay).
     entropy_weight = actions.numel() / fresh_steps
+    mean_entropy = -neg_entropy.detach() / fresh_steps
+    bonus_on = entropy_bonus_on(mean_entropy, target_logits.shape[-1], config.entropy_floor)
     total = (pg + config.baseline_cost * value
-             + config.entropy_cost * entropy_weight * neg_entropy)
+             + config.entropy_cost * entropy_weight * bonus_on * neg_entropy)
     return LossStats(
         total_loss=total,
         pg_loss=pg.detach(),
         baseline_loss=value.detach(),
-        entropy=-neg_entropy.detach() / fresh_steps,
+        entropy=mean_entropy,
+        entropy_bonus_on=bonus_on,
         policy_kl=mean_kl(behavior_logits, target_logits.detach(), fresh),
         rho_clipped=column_mean((returns.log_rhos > 0).to(fresh.dtype), fresh),
         trust_region_masked=masked_share,
         unroll_errors=errors.detach().abs().mean(dim=0),
     )
+
+
+def entropy_bonus_on(mean_entropy: torch.Tensor, num_actions: int,
+                     floor: float) -> torch.Tensor:
+    """1.0 where the entropy bonus applies to a batch whose fresh steps' mean entropy is
+    `mean_entropy` (0-dim, nats), else 0.0, as a 0-dim tensor (no read to the host).
+
+    With a `floor` (a fraction of log `num_actions`, the uniform policy's entropy) the bonus
+    holds the policy's entropy up near the floor but no higher: one weight then keeps a game
+    whose clipped returns barely separate its actions from staying near uniform, and a game
+    whose returns separate them well from collapsing. 0 (no floor): always 1.0.
+    """
+    if floor <= 0:
+        return torch.ones_like(mean_entropy)
+    return (mean_entropy < floor * math.log(num_actions)).to(mean_entropy.dtype)
 
 
 def trust_region_mask(target_logits: torch.Tensor, behavior_logits: torch.Tensor,
