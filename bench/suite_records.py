@@ -16,7 +16,7 @@ from pathlib import Path
 import common
 import pandas as pd
 
-from results.scores import iteration_means
+from results.scores import iteration_means, return_cell
 
 STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
@@ -179,7 +179,7 @@ def iteration_line(run: SuiteRun, reached: int) -> str | None:
     if episodes is None:
         return None
     means = iteration_means(episodes)
-    cells = [f"{end / 1e6:g}M {mean:,.1f}" for end, mean in means.items()]
+    cells = [f"{end / 1e6:g}M {return_cell(mean)}" for end, mean in means.items()]
     if means.index[-1] > reached:
         cells[-1] += " (so far)"
     return " | ".join(cells)

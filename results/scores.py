@@ -163,13 +163,13 @@ def trial_lines(runs: pd.DataFrame, trials: pd.DataFrame, episodes_of) -> list[s
                   + " |", "| --- | --- | --- |" + " ---: |" * len(ends)]
         for run_id, (row, curve) in curves.items():
             flags = f"`{row['flags']}`" if run_id in trial_ids else "the defaults"
-            cells = [_return_cell(curve.get(end)) for end in ends]
+            cells = [return_cell(curve.get(end)) for end in ends]
             lines.append(f"| {run_id} | {flags} | {row['commit']} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 
 
-def _return_cell(value: float | None) -> str:
+def return_cell(value: float | None) -> str:
     """A mean return to three figures or more: Breakout's 9.6 and 10.4 apart, BattleZone's
     8,420 whole."""
     return _cell(value, "{:,.0f}" if value is not None and abs(value) >= 100 else "{:.1f}")

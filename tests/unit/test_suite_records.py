@@ -35,6 +35,12 @@ def test_a_saved_run_shows_each_iterations_mean_and_marks_the_partial_one(tmp_pa
     assert iteration_line(run, 1_000_000) == "1M 7.0"
 
 
+def test_returns_show_as_on_the_suites_page_tenths_only_below_100(tmp_path):
+    run = SuiteRun("BattleZone", "impala", 1, 10_000_000, tmp_path / "runs", tmp_path / "results")
+    write_episodes(run.run_dir / "episodes-0.csv", [500_000, 1_500_000], [2687.8, -18.55])
+    assert iteration_line(run, 2_000_000) == "1M 2,688 | 2M -18.6"
+
+
 def suite_status(games: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "bench" / "suite.py"), f"--games={games}",
                            "--status", "--logdir=/nonexistent", "--results=/nonexistent"],
