@@ -144,8 +144,8 @@ def test_bad_host_port(text):
         parse_host_port(text)
 
 
-def test_the_flags_page_lists_every_preset_value():
-    page = (ROOT / "docs" / "flags.md").read_text()
+def test_the_presets_page_lists_every_preset_value():
+    page = (ROOT / "docs" / "presets.md").read_text()
     for preset, values in PRESETS.items():
         for name, value in values.items():
             assert f"`--{name}={value}`" in page, (preset, name, value)
