@@ -153,6 +153,10 @@ class Learning:
         """`batch`: the fields named at the top of this module."""
         raise NotImplementedError
 
+    def before_update(self, frames_before: int) -> None:
+        """Called on every rank before each update's loss, with the run's frames over all
+        ranks: for what a loss schedules on frames (after a resume as well)."""
+
     def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
         """Called on every rank after each update, with the run's frames (over all ranks,
         so every rank sees the same numbers) before and after it."""

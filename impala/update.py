@@ -120,6 +120,7 @@ class Update:
             core = tuple(t.contiguous() for t in core_state(tensors))  # the LSTM needs it
         with self.phase("stack frames"):  # where the batch carries frames (--stack_frames)
             tensors = with_stacks(tensors)
+        self.learning.before_update(frames_before)
         skipped = False
         for _ in range(s.passes):  # every rank makes the same number: allreduces pair up
             result = learn_step(self.model, self.optimizer, self.backend, tensors, core,

@@ -26,6 +26,12 @@ class ImpalaFlags:
     entropy_floor: float = flag(0.0, "the entropy bonus applies only to batches whose mean "
                                 "policy entropy is below this fraction of the uniform "
                                 "policy's (0.8: 80%% of log A nats); 0: always")
+    entropy_floor_start: float = flag(0.0, "with --entropy_floor_frames: the floor at the "
+                                      "run's first frame, falling linearly to "
+                                      "--entropy_floor over that many frames")
+    entropy_floor_frames: int = flag(0, "frames over which the floor falls from "
+                                     "--entropy_floor_start to --entropy_floor; 0: it "
+                                     "stays at --entropy_floor")
     baseline_cost: float = flag(0.5, "weight of the baseline loss")
     trust_region_threshold: float = flag(0.0, "LASER's trust region: replayed steps whose "
                                          "KL(learner policy || behaviour policy) exceeds "
@@ -77,6 +83,13 @@ class Impala(Algorithm):
         if not cfg.algorithm_flags.trust_region_threshold >= 0:
             yield (f"--trust_region_threshold must be >= 0, got "
                    f"{cfg.algorithm_flags.trust_region_threshold}")
-        if not 0 <= cfg.algorithm_flags.entropy_floor < 1:
+        s = cfg.algorithm_flags
+        if not 0 <= s.entropy_floor < 1:
             yield (f"--entropy_floor must be in [0, 1) (a fraction of the uniform policy's "
-                   f"entropy), got {cfg.algorithm_flags.entropy_floor}")
+                   f"entropy), got {s.entropy_floor}")
+        if s.entropy_floor_frames < 0:
+            yield f"--entropy_floor_frames must be >= 0, got {s.entropy_floor_frames}"
+        if s.entropy_floor_frames and not s.entropy_floor < s.entropy_floor_start < 1:
+            yield (f"--entropy_floor_start must be above --entropy_floor ({s.entropy_floor}) "
+                   f"and below 1 when --entropy_floor_frames is set, got "
+                   f"{s.entropy_floor_start}")

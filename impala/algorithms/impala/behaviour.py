@@ -4,6 +4,8 @@ replayed columns of a batch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -21,7 +23,12 @@ from impala.algorithm import (
     LossResult,
 )
 from impala.algorithms.impala import BASELINE, POLICY
-from impala.algorithms.impala.loss import ImpalaLossConfig, impala_loss, sample_actions
+from impala.algorithms.impala.loss import (
+    FloorSchedule,
+    ImpalaLossConfig,
+    impala_loss,
+    sample_actions,
+)
 from impala.nets import Agent
 
 
@@ -31,9 +38,11 @@ class ImpalaBehaviour(Behaviour):
 
     def learning(self, model: Agent) -> Learning:
         s, cfg = self.flags, self.cfg
-        return ImpalaLearning(ImpalaLossConfig(cfg.discounting, s.baseline_cost, s.entropy_cost,
-                                               cfg.reward_clipping, s.trust_region_threshold,
-                                               s.entropy_floor))
+        config = ImpalaLossConfig(cfg.discounting, s.baseline_cost, s.entropy_cost,
+                                  cfg.reward_clipping, s.trust_region_threshold,
+                                  s.entropy_floor)
+        floor = FloorSchedule(s.entropy_floor, s.entropy_floor_start, s.entropy_floor_frames)
+        return ImpalaLearning(config, floor)
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
         return sample_actions(heads[POLICY])  # sampled, as the paper evaluates
@@ -46,8 +55,12 @@ class SampleFromPolicy(Exploration):
 
 
 class ImpalaLearning(Learning):
-    def __init__(self, config: ImpalaLossConfig) -> None:
-        self.config = config
+    def __init__(self, config: ImpalaLossConfig,
+                 floor: FloorSchedule | None = None) -> None:
+        self.config, self.floor = config, floor or FloorSchedule(config.entropy_floor)
+
+    def before_update(self, frames_before: int) -> None:
+        self.config = replace(self.config, entropy_floor=self.floor.at(frames_before))
 
     def loss(self, model: Agent, batch: dict[str, torch.Tensor],
              core_state: tuple[torch.Tensor, ...]) -> LossResult:
