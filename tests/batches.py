@@ -18,11 +18,13 @@ from impala.unroll.replay import UnrollReplay
 T, B = 6, 3
 
 
-def pong_learner(algorithm: str) -> tuple:
-    """An algorithm at its Pong preset with a small batch: (algorithm, model, layout)."""
+def pong_learner(algorithm: str, extra_flags: tuple[str, ...] = ()) -> tuple:
+    """An algorithm at its Pong preset with a small batch (and `extra_flags`):
+    (config, algorithm, model, layout)."""
     cfg = parse_config([f"--algorithm={algorithm}", "--preset=auto",
                         "--level_name=PongNoFrameskip-v4", f"--unroll_length={T}",
-                        f"--batch_size={B}", "--replay_size=16", "--learner_threads=1"])
+                        f"--batch_size={B}", "--replay_size=16", "--learner_threads=1",
+                        *extra_flags])
     algo = build_algorithm(cfg)
     torch.manual_seed(0)
     model = build_agent(cfg.agent_name, describe_env(cfg.env_config), algo)
