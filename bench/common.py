@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 import impala  # noqa: E402,F401 - OpenMP settings of the real processes, before torch loads
+from impala.meta import git_state  # noqa: E402
 
 
 def cpu_model() -> str:
@@ -32,15 +32,11 @@ def cpu_model() -> str:
 
 
 def git_commit() -> str:
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
+    """The short commit, with `-dirty` where the code differs from it (meta.git_state)."""
+    state = git_state(ROOT)
+    if not state["git_commit"]:
         return "unknown"
+    return state["git_commit"][:7] + ("-dirty" if state["git_dirty"] else "")
 
 
 def machine() -> dict[str, object]:

@@ -17,13 +17,19 @@ SECRET_WORDS = ("password", "secret", "token", "key")
 
 
 def git_state(repo: Path) -> dict[str, Any]:
-    """The commit and whether the tree is dirty; nothing if this is not a git checkout."""
+    """The commit and whether the tree is dirty; nothing if this is not a git checkout.
+
+    Dirty means tracked files that differ from the commit, outside `results/`: that folder
+    is what runs write (rows, episodes, the suite's saved states), so a run in progress
+    beside another would otherwise mark every row dirty though the code is the commit's.
+    """
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
                               text=True, timeout=10).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                         ":(exclude)results"))
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": None, "git_dirty": None}
     return {"git_commit": commit or None, "git_dirty": dirty if commit else None}

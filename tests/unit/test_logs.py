@@ -1,4 +1,6 @@
-"""Run-directory files: numbers written plainly and at full precision."""
+"""Run-directory files: numbers written plainly and at full precision; the commit a run records."""
+
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -6,7 +8,7 @@ import pandas as pd
 from impala import logs
 from impala.algorithm import StatusItem
 from impala.logs import CsvLog
-from impala.meta import redact
+from impala.meta import git_state, redact
 
 
 def test_numpy_scalars_are_written_as_plain_numbers(tmp_path):
@@ -78,3 +80,21 @@ def test_a_restarted_learner_removes_the_rows_written_after_its_checkpoint(tmp_p
     assert logs.drop_rows_after(tmp_path / "other.csv", 0) == 0
     assert logs.drop_rows_after(tmp_path / "learner-0.csv", 1000) == 0
     assert logs.drop_rows_after(tmp_path / "missing.csv", 0) == 0
+
+
+def test_a_run_records_its_code_dirty_only_where_code_differs_from_the_commit(tmp_path):
+    """Rows and saved states under results/ change while runs go on; they are not code."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "results" / "runs.csv").write_text("id\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    assert git_state(tmp_path)["git_dirty"] is False
+    (tmp_path / "results" / "runs.csv").write_text("id\nrun-1\n")
+    assert git_state(tmp_path)["git_dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    state = git_state(tmp_path)
+    assert state["git_dirty"] is True and len(state["git_commit"]) == 40
