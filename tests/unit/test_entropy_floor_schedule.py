@@ -90,7 +90,7 @@ def test_each_update_applies_the_floor_scheduled_at_the_frames_before_it():
 @pytest.mark.parametrize("flags, message", [
     ({"entropy_floor": 0.8, "entropy_floor_start": 0.7, "entropy_floor_frames": FALL},
      "--entropy_floor_start must be above --entropy_floor"),
-    ({"entropy_floor": 0.8, "entropy_floor_start": 1.0, "entropy_floor_frames": FALL},
+    ({"entropy_floor": 0.8, "entropy_floor_start": 1.01, "entropy_floor_frames": FALL},
      "--entropy_floor_start must be above --entropy_floor"),
     ({"entropy_floor": 0.8, "entropy_floor_frames": -1},
      "--entropy_floor_frames must be >= 0"),
@@ -98,3 +98,9 @@ def test_each_update_applies_the_floor_scheduled_at_the_frames_before_it():
 def test_a_floor_schedule_that_does_not_fall_is_refused_with_the_flag_named(flags, message):
     with pytest.raises(ValueError, match=message):
         config_from_flags({"level_name": "CartPole-v1", **flags})
+
+
+def test_a_floor_may_start_at_the_uniform_entropy_where_the_bonus_always_applies():
+    cfg = config_from_flags({"level_name": "CartPole-v1", "entropy_floor": 0.8,
+                             "entropy_floor_start": 1.0, "entropy_floor_frames": FALL})
+    assert cfg.algorithm_flags.entropy_floor_start == 1.0

@@ -27,8 +27,9 @@ class ImpalaFlags:
                                 "policy entropy is below this fraction of the uniform "
                                 "policy's (0.8: 80%% of log A nats); 0: always")
     entropy_floor_start: float = flag(0.0, "with --entropy_floor_frames: the floor at the "
-                                      "run's first frame, falling linearly to "
-                                      "--entropy_floor over that many frames")
+                                      "run's first frame (1: the bonus always applies "
+                                      "there), falling linearly to --entropy_floor over "
+                                      "that many frames")
     entropy_floor_frames: int = flag(0, "frames over which the floor falls from "
                                      "--entropy_floor_start to --entropy_floor; 0: it "
                                      "stays at --entropy_floor")
@@ -89,7 +90,7 @@ class Impala(Algorithm):
                    f"entropy), got {s.entropy_floor}")
         if s.entropy_floor_frames < 0:
             yield f"--entropy_floor_frames must be >= 0, got {s.entropy_floor_frames}"
-        if s.entropy_floor_frames and not s.entropy_floor < s.entropy_floor_start < 1:
+        if s.entropy_floor_frames and not s.entropy_floor < s.entropy_floor_start <= 1:
             yield (f"--entropy_floor_start must be above --entropy_floor ({s.entropy_floor}) "
-                   f"and below 1 when --entropy_floor_frames is set, got "
+                   f"and at most 1 when --entropy_floor_frames is set, got "
                    f"{s.entropy_floor_start}")
