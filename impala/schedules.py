@@ -1,6 +1,7 @@
 """What changes with the run's frames (over all learners), so that every rank changes it on
 the same update and a slow machine and a fast one follow the same schedule: the learning
-rate (held, then annealed) and the replay ratio (a first ratio, then another). No torch."""
+rate (held, then annealed), the replay ratio (a first ratio, then another) and IMPALA's
+entropy floor (falling, then constant). No torch."""
 
 from __future__ import annotations
 
@@ -39,3 +40,19 @@ class ReplaySchedule:
     def largest(self) -> float:
         """The most any update uses (0: replay is off)."""
         return max(self.initial, self.ratio) if self.initial_frames > 0 else self.ratio
+
+
+@dataclass(frozen=True)
+class FloorSchedule:
+    """The entropy floor over a run: `start` at frame 0, falling linearly to `end` at
+    `frames` and staying there; `frames` 0: always `end`."""
+
+    end: float = 0.0
+    start: float = 0.0
+    frames: int = 0
+
+    def at(self, run_frames: int) -> float:
+        if self.frames <= 0:
+            return self.end
+        done = min(1.0, run_frames / self.frames)
+        return self.start + (self.end - self.start) * done

@@ -15,10 +15,10 @@ import torch
 
 from impala.algorithm import DONE, LAST_ACTION, OBSERVATION, REWARD
 from impala.algorithms.impala import POLICY
-from impala.algorithms.impala.loss import FloorSchedule
 from impala.distributed import SingleLearner
 from impala.optim import RMSpropTF
 from impala.presets import config_from_flags
+from impala.schedules import FloorSchedule
 from impala.update import Update, UpdateConfig, core_state, to_device, with_stacks
 from tests.batches import pong_learner, random_batch
 

@@ -23,13 +23,9 @@ from impala.algorithm import (
     LossResult,
 )
 from impala.algorithms.impala import BASELINE, POLICY
-from impala.algorithms.impala.loss import (
-    FloorSchedule,
-    ImpalaLossConfig,
-    impala_loss,
-    sample_actions,
-)
+from impala.algorithms.impala.loss import ImpalaLossConfig, impala_loss, sample_actions
 from impala.nets import Agent
+from impala.schedules import FloorSchedule
 
 
 class ImpalaBehaviour(Behaviour):

@@ -30,24 +30,8 @@ class ImpalaLossConfig:
     trust_region_threshold: float = 0.0
     # The entropy bonus applies only to batches whose fresh steps' mean entropy is below
     # this fraction of the uniform policy's (log A nats); 0: it always applies. The
-    # learner sets it per update from `FloorSchedule`.
+    # learner sets it per update from `schedules.FloorSchedule`.
     entropy_floor: float = 0.0
-
-
-@dataclass(frozen=True)
-class FloorSchedule:
-    """The entropy floor over a run: `start` at frame 0, falling linearly to `end` at
-    `frames` and staying there; `frames` 0: always `end`."""
-
-    end: float = 0.0
-    start: float = 0.0
-    frames: int = 0
-
-    def at(self, run_frames: int) -> float:
-        if self.frames <= 0:
-            return self.end
-        done = min(1.0, run_frames / self.frames)
-        return self.start + (self.end - self.start) * done
 
 
 def sample_actions(policy_logits: torch.Tensor) -> torch.Tensor:
