@@ -55,6 +55,7 @@ from suite_records import (
     write_record,
 )
 
+from impala.signals import act_on_signals
 from results.scores import README_GAMES
 
 # `readme`: the games of the README's table, Atari-5 first
@@ -74,15 +75,15 @@ class Stop:
     def __init__(self) -> None:
         self.requested = threading.Event()
         self.child: subprocess.Popen | None = None
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._handle)
+        act_on_signals((signal.SIGINT, signal.SIGTERM), self._handle)
 
-    def _handle(self, signum: int, _frame) -> None:
+    def _handle(self, signum: int) -> None:
         print(f"[suite] {signal.Signals(signum).name}: stopping the current run "
               "(it checkpoints); the same command goes on", flush=True)
         self.requested.set()
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signal.SIGTERM)
+        child = self.child
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
 
 
 def train(run: SuiteRun, port: int, extra: list[str], stop: Stop) -> str | None:

@@ -12,6 +12,7 @@ from typing import NoReturn
 from impala.config import Config
 from impala.flags import parse_config
 from impala.logs import setup_logging
+from impala.signals import act_on_signals
 
 log = logging.getLogger("experiment")
 
@@ -21,14 +22,12 @@ def install_stop_handlers(stop: threading.Event) -> None:
     second SIGINT interrupts at once. SIGUSR1 is what the frontend sends through mpirun,
     which forwards it to every rank at once."""
 
-    def handler(signum: int, _frame) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+    def request_stop(signum: int) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
         stop.set()
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(signum, handler)
+    act_on_signals((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1), request_stop,
+                   interrupt_on_repeat=True)
 
 
 def exit_now() -> NoReturn:

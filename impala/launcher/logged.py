@@ -34,6 +34,7 @@ from impala.launcher.processes import (
     supervisor_alive,
 )
 from impala.process import DOWN_REASON_VARIABLE
+from impala.signals import act_on_signals
 from impala.supervision import LEFT_DOWN_STATUS, RestartPolicy
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
@@ -75,7 +76,7 @@ class Supervisor:
             except (OSError, ValueError):
                 pass  # the terminal went away; the log still gets everything
 
-    def forward(self, signum: int, _frame) -> None:
+    def forward(self, signum: int) -> None:
         """A stop request (SIGUSR1 asks learners to stop, through mpirun): pass it on,
         and start nothing again."""
         self.stopping.set()
@@ -103,8 +104,7 @@ class Supervisor:
         return code
 
     def run(self) -> int:
-        for signum in FORWARDED:
-            signal.signal(signum, self.forward)
+        act_on_signals(FORWARDED, self.forward)
         while True:
             self.write_state(state="running")
             code = self.run_once(self.command)

@@ -18,6 +18,7 @@ import threading
 
 from impala.launcher.cluster import read_cluster_csv
 from impala.launcher.ssh import SshOptions, connect, host_access
+from impala.signals import act_on_signals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     channel.exec_command(shlex.join(command))
     stopping = threading.Event()
 
-    def hang_up(_signum: int, _frame) -> None:
+    def hang_up(_signum: int) -> None:
         stopping.set()
         channel.close()
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, hang_up)
+    act_on_signals((signal.SIGTERM, signal.SIGINT, signal.SIGHUP), hang_up)
     while not stopping.is_set():
         data = channel.recv(65536)
         if not data:

@@ -27,6 +27,7 @@ from impala.launcher.plan import (
 )
 from impala.launcher.ssh import preflight
 from impala.logs import status_line
+from impala.signals import act_on_signals
 
 
 def _report(problems: list[str], what: str) -> int:
@@ -99,12 +100,9 @@ def follow(cfg: Config, opts: FrontendOptions, plan: Plan) -> int:
     """Print a summary line until the learners exit; Ctrl-C stops the whole run."""
     interrupted = threading.Event()
 
-    def on_signal(signum: int, _frame) -> None:
-        interrupted.set()
-
     # SIGUSR1: Slurm's warning before a time limit (sandbox/slurm.sbatch passes it on).
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(signum, on_signal)
+    act_on_signals((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1),
+                   lambda _signum: interrupted.set())
     learners, actors = plan.learners, plan.actors
     first_seen: tuple[float, float] | None = None  # (time, frames) of the first row read
     time.sleep(2)
