@@ -8,11 +8,13 @@ run then reaches its budget by itself, its frames never go back, and nothing of 
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 
 import pytest
 
 from tests.faults import (
+    assert_one_series,
     assert_one_series_to_the_budget,
     foreground_run,
     kill,
@@ -22,13 +24,14 @@ from tests.faults import (
     wait_past,
 )
 from tests.frontend import CARTPOLE, HEADER, frontend, processes_mentioning, tmux_has
-from tests.helpers import ROOT, assert_ranks_in_sync, read_csv, wait_for
+from tests.helpers import ROOT, assert_ranks_in_sync, last_value, read_csv, wait_for
 from tests.netns import SUBNET, NamespaceNetwork, unavailable_reason
 
 pytestmark = pytest.mark.slow
 NETNS_SKIP = unavailable_reason()
 BUDGET = 150_000
 CRASHING_BUDGET = 60_000  # one actor trains it; the test is about the other
+UNREACHED_BUDGET = 100_000_000  # a run the test stops itself
 
 
 def flags_of(tmp_path, csv_text: str, session: str, *more: str,
@@ -164,15 +167,17 @@ def network(tmp_path_factory):
 def test_an_actor_host_cut_off_for_30_s_and_one_whose_processes_die(tmp_path, network):
     """Two actor hosts reached over SSH. Host 0's link goes down for 30 s; then every
     process of the run on host 1 is killed. The run goes on, host 1's actor is started
-    again over a new SSH session, and the run finishes at its budget."""
+    again over a new SSH session and takes the learner's current weights, and the run
+    trains on with it until a Ctrl-C stops all of it. The budget is out of reach: how many
+    frames a machine trains during the faults is its speed, not the test's subject."""
     a, b = (h.address for h in network.hosts)
     session = "impala-test-fault-hosts"
     run_dir = tmp_path / "CartPole-v1_MLPAgent"
     flags = flags_of(tmp_path, f"learner,{SUBNET}.254,8041,,,,\nactor,{a},9041,,,,\n"
-                     f"actor,{b},9042,,,,\n", session, f"--ssh_config={network.ssh_config}")
-    flags[flags.index(f"--total_environment_frames={BUDGET}")] = \
-        f"--total_environment_frames={2 * BUDGET}"
+                     f"actor,{b},9042,,,,\n", session, f"--ssh_config={network.ssh_config}",
+                     budget=UNREACHED_BUDGET)
     out = tmp_path / "frontend.out"
+    host_1_log = run_dir / "actor-1.log"
     with foreground_run(out, flags) as proc:
         wait_past(run_dir, 20_000)
         network.set_link(0, up=False)
@@ -183,13 +188,18 @@ def test_an_actor_host_cut_off_for_30_s_and_one_whose_processes_die(tmp_path, ne
         for pid in before:
             with contextlib.suppress(ProcessLookupError):
                 kill(pid)
-        wait_for(lambda: (network.hosts[1].pids() - {network.hosts[1].sshd_pid()}) - before,
-                 60, "an actor on host 1 again")
+        wait_for(lambda: text_of(host_1_log).count("got weights version") == 2, 120,
+                 "host 1's new actor has the learner's weights")
+        wait_past(run_dir, last_value(run_dir / "logs.csv", "frames") + 20_000)
+        proc.send_signal(signal.SIGINT)
         finish(proc, out, tmp_path, session)
-    assert_one_series_to_the_budget(run_dir, 2 * BUDGET)
-    # Host 1's session failed once and was started again; the cut cost host 0 nothing, and
-    # the stop at the end started nothing again.
-    assert (run_dir / "actor-1.log").read_text().count("restart ") == 1
+    assert_one_series(run_dir)
+    # Host 1's session failed once and was started again, with the weights of the moment;
+    # the cut cost host 0 nothing, and the stop at the end started nothing again.
+    versions = [int(line.rsplit(" ", 1)[1]) for line in host_1_log.read_text().splitlines()
+                if "got weights version" in line]
+    assert versions[1] > versions[0], versions
+    assert host_1_log.read_text().count("restart ") == 1
     assert "restart " not in (run_dir / "actor-0.log").read_text()
     wait_for(lambda: not any(network.stray_pids().values()), 30,
              "no process of the run left on any host")
