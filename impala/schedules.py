@@ -45,14 +45,16 @@ class ReplaySchedule:
 @dataclass(frozen=True)
 class FloorSchedule:
     """The entropy floor over a run: `start` at frame 0, falling linearly to `end` at
-    `frames` and staying there; `frames` 0: always `end`."""
+    `frames` and staying there; `frames` 0: always `end`. An `end` of 0 is no floor at all
+    (the bonus always applies), whatever `start`: `--entropy_floor=0` turns off the
+    preset's falling floor without its two other flags."""
 
     end: float = 0.0
     start: float = 0.0
     frames: int = 0
 
     def at(self, run_frames: int) -> float:
-        if self.frames <= 0:
+        if self.frames <= 0 or self.end == 0:
             return self.end
         done = min(1.0, run_frames / self.frames)
         return self.start + (self.end - self.start) * done

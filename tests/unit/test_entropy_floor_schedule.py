@@ -40,6 +40,14 @@ def test_without_frames_the_floor_is_constant():
     assert FloorSchedule(end=0.8).at(10**9) == 0.8
 
 
+def test_a_floor_of_zero_is_off_from_the_first_frame_even_under_the_presets_fall():
+    cfg = config_from_flags({"level_name": "ALE/Breakout-v5", "entropy_floor": 0.0})
+    s = cfg.algorithm_flags
+    assert (s.entropy_floor_start, s.entropy_floor_frames) == (1.0, 2_000_000)
+    schedule = FloorSchedule(s.entropy_floor, s.entropy_floor_start, s.entropy_floor_frames)
+    assert [schedule.at(frames) for frames in (0, FALL, 10 * FALL)] == [0.0, 0.0, 0.0]
+
+
 def _sharpened(model: torch.nn.Module) -> torch.nn.Module:
     """The agent with its policy head scaled up, so that its entropy sits well inside
     (0, log A) rather than at the initial near-uniform policy's."""

@@ -44,9 +44,12 @@ ATARI = Preset(
     values={"batch_size": 8, "learning_rate": 0.0012, "lr_hold_fraction": 0.8,
             "total_environment_frames": 20_000_000, "initial_replay_ratio": 4.0,
             "initial_replay_frames": 2_000_000, "replay_ratio": 3.0, "replay_size": 3000,
-            "priority_exponent": 0.6, "trust_region_threshold": 0.3},
+            "priority_exponent": 0.6, "trust_region_threshold": 0.3, "entropy_floor": 0.8,
+            "entropy_floor_start": 1.0, "entropy_floor_frames": 2_000_000},
     rule="4x the paper's updates per frame at 2x its rate, held for 80% of the budget; "
-         "LASER replay of the last 3,000 unrolls, 4 per fresh one for 2M frames, then 3",
+         "LASER replay of the last 3,000 unrolls, 4 per fresh one for 2M frames, then 3; "
+         "the entropy bonus only below 80% of the uniform policy's entropy, after a "
+         "floor falling from 100% over the first 2M frames",
     record=("impala-pong-preset-s1", "impala-pong-preset-s1-b", "impala-pong-preset-s1-c",
             "impala-pong-preset-s1-d", "impala-pong-preset-s2", "impala-pong-preset-s2-b",
             "impala-pong-preset-s2-c",
