@@ -17,28 +17,36 @@ from impala.signals import act_on_signals
 log = logging.getLogger("experiment")
 
 
+SHUTDOWN_BOUND_S = 10.0  # after every rank's save, when one negotiation round is left
+
+
 def install_stop_handlers(stop: threading.Event) -> None:
     """SIGINT/SIGTERM/SIGUSR1 set `stop` (the learner then checkpoints and exits 0); a
     second SIGINT interrupts at once. SIGUSR1 is what the frontend sends through mpirun,
     which forwards it to every rank at once."""
 
     def request_stop(signum: int) -> None:
-        log.info("received %s: stopping", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if stop.is_set():  # scancel signals every process, and mpirun forwards it too
+            log.info("received %s again: the stop is under way", name)
+        else:
+            log.info("received %s: stopping", name)
         stop.set()
 
     act_on_signals((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1), request_stop,
                    interrupt_on_repeat=True)
 
 
-def exit_now() -> NoReturn:
-    """End an actor that has closed its socket and environments without the interpreter's
-    teardown: its final garbage collection buys nothing here, and on a loaded machine, at
-    the actor's lower priority, can outlast the supervisor's grace after SIGTERM, so that a
-    clean stop ends in a kill."""
+def exit_now(code: int = 0) -> NoReturn:
+    """End without the interpreter's teardown. An actor that has closed its socket and
+    environments: its final garbage collection buys nothing here, and on a loaded machine,
+    at the actor's lower priority, can outlast the supervisor's grace after SIGTERM, so that
+    a clean stop ends in a kill. A learner whose MPI launcher is gone: Horovod's exit hook
+    would wait for it again."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) -> int:
@@ -51,7 +59,7 @@ def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) ->
     if backend.name != cfg.allreduce_backend:
         log.info("not started by mpirun: running as a single learner (no %s allreduce)",
                  cfg.allreduce_backend)
-    supervisor = None
+    supervisor, status = None, "error"
     try:
         learner = Learner(cfg, backend, stop)
         if supervised_actors:
@@ -63,8 +71,14 @@ def _run_learner(cfg: Config, stop: threading.Event, supervised_actors: bool) ->
     finally:
         if supervisor is not None:
             supervisor.stop()
-        backend.shutdown()
+        if not backend.shutdown(SHUTDOWN_BOUND_S if status != "error" else None):
+            log.info("learner exit status: %s", status, exc_info=sys.exc_info()[1])
+            exit_now(exit_code(status))
     log.info("learner exit status: %s", status)
+    return exit_code(status)
+
+
+def exit_code(status: str) -> int:
     return 0 if status in ("finished", "stopped") else 1
 
 

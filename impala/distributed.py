@@ -20,6 +20,7 @@ import hashlib
 import logging
 import math
 import os
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -138,8 +139,8 @@ class SingleLearner:
     def broadcast_counters(self, values: np.ndarray) -> np.ndarray:
         return values
 
-    def shutdown(self) -> None:
-        pass
+    def shutdown(self, bound_s: float | None = None) -> bool:
+        return True
 
 
 class HorovodBackend:
@@ -192,8 +193,24 @@ class HorovodBackend:
         tensor = torch.from_numpy(np.asarray(values, dtype=np.float64).copy())
         return self.hvd.broadcast(tensor, root_rank=0, name="resume_counters").numpy()
 
-    def shutdown(self) -> None:
-        self.hvd.shutdown()
+    def shutdown(self, bound_s: float | None = None) -> bool:
+        """Horovod's shutdown. With `bound_s` (after a clean stop): first wait for every
+        rank to come here, each with its files saved, then give the shutdown `bound_s`
+        seconds and return False if it did not end. scancel and a Slurm time limit signal
+        mpirun too, which then only ends the job: MPI's finalize waits for it and the
+        shutdown would last until the SIGKILL. Without `bound_s` (an error: the other
+        ranks may be inside another collective), only the shutdown, unbounded."""
+        if bound_s is not None:
+            self.hvd.allreduce(torch.zeros(1), name="every_rank_saved")
+        ending = threading.Thread(target=self.hvd.shutdown, name="horovod-shutdown",
+                                  daemon=True)
+        ending.start()
+        ending.join(bound_s)
+        if ending.is_alive():
+            log.warning("Horovod's shutdown did not end within %g s of every rank's save "
+                        "(mpirun is ending the job): leaving without it", bound_s)
+            return False
+        return True
 
 
 class TorchDistributedBackend:
@@ -242,7 +259,7 @@ class TorchDistributedBackend:
         self.dist.broadcast(tensor, src=0)
         return tensor.numpy()
 
-    def shutdown(self) -> None:
+    def shutdown(self, bound_s: float | None = None) -> bool:
         if self.dist.is_initialized():
             # Every rank reaches here first: a rank that tore its group down while the
             # other's gloo threads still talked to it aborted that one ("terminate called
@@ -253,6 +270,7 @@ class TorchDistributedBackend:
             except RuntimeError as error:
                 log.warning("shutting down without the other ranks: %s", error)
             self.dist.destroy_process_group()
+        return True
 
 
 def reduces_through_host(device: torch.device | None, horovod_cuda_built: bool) -> bool:
