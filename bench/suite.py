@@ -18,7 +18,10 @@ frames). Runs go one after another, in the order given:
   `results/suite-state/<run id>/`: the checkpoint, logs and episodes, a few MB, copied there
   at every new checkpoint and at the end, and committed with the results. The LASER replay
   is not kept there (hundreds of MB): such a resume starts with an empty replay, and the
-  row's note says so.
+  row's note says so;
+- a run whose saved state was trained with other values of the preset (the defaults have
+  changed since) is not resumed: the suite names the values, trains the other games and
+  exits 1.
 
 A trial runs a game with other flags (after `--`) to compare with the defaults' run: its id
 ends in the trial's name, it follows the learning-rate schedule of the full `--frames` (as
@@ -48,6 +51,7 @@ from suite_records import (
     frames_so_far,
     iteration_line,
     meta,
+    preset_changes,
     read_record,
     record_row,
     restore_state,
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.status:
         status(args.runs)
         return 0
-    stop = Stop()
+    stop, refused = Stop(), 0
     for index, run in enumerate(args.runs, 1):
         if stop.requested.is_set():  # it came between runs: start no other
             return 0
@@ -213,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         if run.until and run.reached_its_end():
             record_row(run, args.extra)
             print(f"[suite] {run.run_id}: already at {run.until / 1e6:g}M frames, recorded")
+            continue
+        changed = preset_changes(run, preset_of(run))
+        if changed:
+            print(stale_state_message(run, changed), file=sys.stderr)
+            refused += 1
             continue
         print(f"[suite] {index}/{len(args.runs)} {run.run_id}: training {run.level} to "
               f"{run.last_frame / 1e6:g}M frames, log {run.run_dir / 'suite-experiment.log'}",
@@ -229,7 +238,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[suite] {run.run_id}: the run ended {result or 'without a status'}; see "
               f"{run.run_dir / 'suite-experiment.log'}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if refused else 0
+
+
+def preset_of(run: SuiteRun) -> dict:
+    """The values the run's preset (`--preset=auto` for its game) has today."""
+    from impala.presets import config_from_flags, preset_values
+
+    return preset_values(config_from_flags({"algorithm": run.algorithm,
+                                            "level_name": run.level}))
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else str(value)
+
+
+def stale_state_message(run: SuiteRun, changed: dict[str, tuple]) -> str:
+    where = run.run_dir if (run.run_dir / "checkpoint.pt").exists() else run.state_dir
+    values = "; ".join(f"{name}: {_shown(then)} then, {_shown(now)} now" for name, (then, now)
+                       in changed.items())
+    return (f"[suite] {run.run_id}: not resumed: {where} was trained with other preset "
+            f"values ({values}). Record what it reached as a trial, or delete it (and "
+            f"{run.run_dir}) to train the game again with today's defaults; the other "
+            "games go on")
 
 
 if __name__ == "__main__":

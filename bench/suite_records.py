@@ -101,6 +101,26 @@ def meta(run_dir: Path) -> dict:
         return {}
 
 
+def saved_meta(run: SuiteRun) -> dict:
+    """The meta.json beside the checkpoint a resume would start from ({} if none)."""
+    for place in (run.run_dir, run.state_dir):
+        if (place / "checkpoint.pt").exists():
+            return meta(place)
+    return {}
+
+
+def preset_changes(run: SuiteRun, preset_now: dict) -> dict[str, tuple]:
+    """The preset values a resume would change: name -> (the saved run's, `preset_now`'s).
+    A run of the suite is the defaults of one version of the preset; a resume under
+    another would record a mixture of the two as the defaults' row."""
+    then = saved_meta(run).get("preset_values")
+    if then is None:  # nothing saved yet
+        return {}
+    now = json.loads(json.dumps(preset_now))  # as meta.json has them: lists, not tuples
+    return {name: (then.get(name), now.get(name)) for name in sorted({*then, *now})
+            if then.get(name) != now.get(name)}
+
+
 def save_state(run: SuiteRun) -> None:
     """Copy what a resume on another machine needs into the run's state folder."""
     run.state_dir.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ finished as two rows of runs.csv with their episodes, and skipped when run again
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -92,6 +93,31 @@ def test_a_trial_keeps_the_suites_schedule_stops_at_its_frame_and_is_recorded_ap
     assert logs["learning_rate"].iloc[-1] == pytest.approx(0.0012)
     again = subprocess.run(trial, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "finished, skipped" in again.stdout
+
+
+def test_a_state_saved_under_other_preset_values_is_not_resumed_and_the_other_games_go_on(
+        tmp_path):
+    """A run's saved state trained with values the preset no longer has (here: before the
+    entropy floor) would make the defaults' row a mixture of two versions of the
+    defaults: the suite leaves it untouched, says which values differ and what to do, and
+    trains the other games."""
+    from impala.presets import config_from_flags, preset_values
+
+    state = tmp_path / "results" / "suite-state" / "impala-pong-v5-s1"
+    state.mkdir(parents=True)
+    then = {name: value for name, value in preset_values(config_from_flags(
+        {"level_name": "ALE/Pong-v5"})).items() if not name.startswith("entropy_floor")}
+    (state / "meta.json").write_text(json.dumps({"preset_values": then}))
+    (state / "checkpoint.pt").write_bytes(b"a checkpoint of the older defaults")
+    done = subprocess.run(suite(tmp_path), capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ("impala-pong-v5-s1: not resumed" in done.stderr
+            and "entropy_floor: unset then, 0.8 now" in done.stderr), done.stderr
+    assert list(pd.read_csv(tmp_path / "results" / "runs.csv")["id"]) == [
+        "impala-breakout-v5-s1"]
+    assert (state / "checkpoint.pt").read_bytes() == b"a checkpoint of the older defaults"
+    assert not (tmp_path / "runs" / "impala-pong-v5-s1").exists()
 
 
 @pytest.mark.parametrize("flags, error", [
