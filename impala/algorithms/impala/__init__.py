@@ -52,7 +52,7 @@ ATARI = Preset(
          "floor falling from 100% over the first 2M frames",
     record=("impala-pong-preset-s1", "impala-pong-preset-s1-b", "impala-pong-preset-s1-c",
             "impala-pong-preset-s1-d", "impala-pong-preset-s2", "impala-pong-preset-s2-b",
-            "impala-pong-preset-s2-c",
+            "impala-pong-preset-s2-c", "impala-pong-preset-floor-s1",
             "tests/e2e/test_training.py::"
             "test_an_image_task_that_needs_stacked_frames_is_learned_with_the_defaults"))
 CLASSIC = Preset(
