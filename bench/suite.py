@@ -55,6 +55,7 @@ from suite_records import (
     read_record,
     record_row,
     restore_state,
+    resumed_from,
     save_state,
     write_record,
 )
@@ -254,11 +255,10 @@ def _shown(value) -> str:
 
 
 def stale_state_message(run: SuiteRun, changed: dict[str, tuple]) -> str:
-    where = run.run_dir if (run.run_dir / "checkpoint.pt").exists() else run.state_dir
     values = "; ".join(f"{name}: {_shown(then)} then, {_shown(now)} now" for name, (then, now)
                        in changed.items())
-    return (f"[suite] {run.run_id}: not resumed: {where} was trained with other preset "
-            f"values ({values}). Record what it reached as a trial, or delete it (and "
+    return (f"[suite] {run.run_id}: not resumed: {resumed_from(run)} was trained with "
+            f"other preset values ({values}). Record what it reached as a trial, or delete it (and "
             f"{run.run_dir}) to train the game again with today's defaults; the other "
             "games go on")
 

@@ -101,19 +101,21 @@ def meta(run_dir: Path) -> dict:
         return {}
 
 
-def saved_meta(run: SuiteRun) -> dict:
-    """The meta.json beside the checkpoint a resume would start from ({} if none)."""
+def resumed_from(run: SuiteRun) -> Path | None:
+    """Where the checkpoint a resume would start from is: the run directory, else the
+    saved state; None if neither has one."""
     for place in (run.run_dir, run.state_dir):
         if (place / "checkpoint.pt").exists():
-            return meta(place)
-    return {}
+            return place
+    return None
 
 
 def preset_changes(run: SuiteRun, preset_now: dict) -> dict[str, tuple]:
     """The preset values a resume would change: name -> (the saved run's, `preset_now`'s).
     A run of the suite is the defaults of one version of the preset; a resume under
     another would record a mixture of the two as the defaults' row."""
-    then = saved_meta(run).get("preset_values")
+    place = resumed_from(run)
+    then = None if place is None else meta(place).get("preset_values")
     if then is None:  # nothing saved yet
         return {}
     now = json.loads(json.dumps(preset_now))  # as meta.json has them: lists, not tuples

@@ -41,8 +41,8 @@ def exit_now(code: int = 0) -> NoReturn:
     """End without the interpreter's teardown. An actor that has closed its socket and
     environments: its final garbage collection buys nothing here, and on a loaded machine,
     at the actor's lower priority, can outlast the supervisor's grace after SIGTERM, so that
-    a clean stop ends in a kill. A learner whose MPI launcher is gone: Horovod's exit hook
-    would wait for it again."""
+    a clean stop ends in a kill. A learner whose Horovod shutdown did not end (mpirun is
+    ending the job): Horovod's exit hook would wait for it again."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

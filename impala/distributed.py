@@ -200,8 +200,10 @@ class HorovodBackend:
         mpirun too, which then only ends the job: MPI's finalize waits for it and the
         shutdown would last until the SIGKILL. Without `bound_s` (an error: the other
         ranks may be inside another collective), only the shutdown, unbounded."""
-        if bound_s is not None:
-            self.hvd.allreduce(torch.zeros(1), name="every_rank_saved")
+        if bound_s is None:
+            self.hvd.shutdown()
+            return True
+        self.hvd.allreduce(torch.zeros(1), name="every_rank_saved")
         ending = threading.Thread(target=self.hvd.shutdown, name="horovod-shutdown",
                                   daemon=True)
         ending.start()
