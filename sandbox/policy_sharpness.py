@@ -7,7 +7,9 @@ probability of its most likely action.
   .venv/bin/python sandbox/policy_sharpness.py --run_dir=runs/suite/impala-battlezone-v5-s1
 
 A greedy return well above the sampled one, from a policy near uniform, says the policy
-ranks its actions well but the entropy bonus keeps it from acting on that ranking.
+ranks its actions well but the entropy bonus keeps it from acting on that ranking. A third
+row plays uniformly random actions on the same seeds, the floor both stand on: where the
+trained policy's games last no longer than these, it has not learned to stay alive.
 """
 
 from __future__ import annotations
@@ -28,23 +30,27 @@ from impala.diagnose import run_config  # noqa: E402
 from impala.envs import create_env  # noqa: E402
 from impala.evaluate import play_agent, play_episodes  # noqa: E402
 
+ACTINGS = ("sampled", "greedy", "uniform")
+
 
 class Sharpness:
-    """The evaluation action, sampled or greedy, noting the policy's sharpness at each
-    step."""
+    """The evaluation action, sampled from the policy, its most likely action, or uniformly
+    random, noting at each step the sharpness of the distribution it acts with."""
 
-    def __init__(self, greedy: bool) -> None:
-        self.greedy = greedy
+    def __init__(self, acting: str) -> None:
+        self.acting = acting
         self.entropies: list[float] = []
         self.top_probabilities: list[float] = []
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = heads[POLICY]  # [1, B, A]
+        if self.acting == "uniform":
+            logits = torch.zeros_like(logits)
         probabilities = torch.softmax(logits, dim=-1)
         entropy = -(probabilities * torch.log_softmax(logits, dim=-1)).sum(dim=-1)
         self.entropies.extend(entropy.flatten().tolist())
         self.top_probabilities.extend(probabilities.amax(dim=-1).flatten().tolist())
-        if self.greedy:
+        if self.acting == "greedy":
             return logits.argmax(dim=-1)
         return sample_actions(logits)  # the draw IMPALA evaluates and acts with
 
@@ -66,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.run_dir}: {frames} frames; a uniform policy's entropy {uniform:.3f} nats")
     print("| acting | mean return | std | mean length | mean entropy | mean top probability |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: |")
-    for greedy in (False, True):
-        acting = Sharpness(greedy)
+    for name in ACTINGS:
+        acting = Sharpness(name)
         games = []
         for seed in seeds:  # one at a time: only steps of a game still playing are noted
             env = create_env(cfg.env_config)
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 games += play_episodes(parts.model, acting, [env], [seed])
             env.close()
         returns = np.array([r for r, _ in games])
-        print(f"| {'greedy' if greedy else 'sampled'} | {returns.mean():.1f} | "
+        print(f"| {name} | {returns.mean():.1f} | "
               f"{returns.std():.1f} | {np.mean([n for _, n in games]):.0f} | "
               f"{np.mean(acting.entropies):.3f} | {np.mean(acting.top_probabilities):.3f} |")
     return 0

@@ -70,3 +70,6 @@ def test_policy_sharpness_plays_a_checkpoint_sampled_and_greedily(tmp_path):
     for acting in ("sampled", "greedy"):
         assert re.search(rf"\| {acting} \| [0-9.]+ \| [0-9.]+ \| \d+ \| 0\.6\d\d \| 0\.5\d\d \|",
                          out.stdout), out.stdout + out.stderr
+    # the random baseline acts with exactly the uniform choice, whatever the weights say
+    assert re.search(r"\| uniform \| [0-9.]+ \| [0-9.]+ \| \d+ \| 0\.693 \| 0\.500 \|",
+                     out.stdout), out.stdout + out.stderr
