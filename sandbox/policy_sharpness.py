@@ -1,8 +1,8 @@
 """Is an IMPALA policy's spread costing it score? Play a run's checkpoint on the same seeds
-twice: as it is evaluated and trained (actions sampled from the policy) and greedily (its
-most likely action), and report each one's returns and how sharp the policy is over the
-steps played: its mean entropy (nats, of log(A) for a uniform choice) and the mean
-probability of its most likely action.
+in three ways: as it is evaluated and trained (actions sampled from the policy), greedily
+(its most likely action) and uniformly at random, and report each one's returns and how
+sharp the distribution it acted with was over the steps played: its mean entropy (nats, of
+log(A) for a uniform choice) and the mean probability of its most likely action.
 
   .venv/bin/python sandbox/policy_sharpness.py --run_dir=runs/suite/impala-battlezone-v5-s1
 

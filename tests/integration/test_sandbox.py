@@ -54,7 +54,7 @@ def test_each_r2d2_variant_builds_with_its_preset_and_acts(variant):
     assert actions.shape == (1,) and recorded.shape == (1, 6)
 
 
-def test_policy_sharpness_plays_a_checkpoint_sampled_and_greedily(tmp_path):
+def test_policy_sharpness_plays_a_checkpoint_sampled_greedily_and_beside_uniform_play(tmp_path):
     run_dir = tmp_path / "CartPole-v1_MLPAgent"
     flags = {"level_name": "CartPole-v1", "agent_name": "MLPAgent", "algorithm": "impala"}
     cfg = parse_config([f"--{k}={v}" for k, v in flags.items()])
