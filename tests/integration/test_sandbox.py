@@ -73,3 +73,23 @@ def test_policy_sharpness_plays_a_checkpoint_sampled_greedily_and_beside_uniform
     # the random baseline acts with exactly the uniform choice, whatever the weights say
     assert re.search(r"\| uniform \| [0-9.]+ \| [0-9.]+ \| \d+ \| 0\.693 \| 0\.500 \|",
                      out.stdout), out.stdout + out.stderr
+
+
+def test_learner_trace_averages_logs_and_scores_over_the_suites_frame_spans(tmp_path):
+    # Spans are (end - 1M, end], as the suite scores: a row at exactly 1M is the first span's.
+    (tmp_path / "logs.csv").write_text(
+        "frames,learning_rate,entropy\n"
+        "400000,0.001,1.0\n1000000,0.001,2.0\n1500000,0.0005,3.0\n2000000,0.0001,5.0\n")
+    (tmp_path / "episodes-0.csv").write_text(
+        "time,frames,episode_return,episode_length\n"
+        "0,900000,10,100\n0,1000000,20,100\n0,1800000,-4,100\n")
+    out = subprocess.run([sys.executable, "sandbox/learner_trace.py", str(tmp_path),
+                          "--columns=learning_rate,entropy"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == [
+        "| | 1M | 2M |", "| --- | ---: | ---: |", "| score | 15 | -4 |",
+        "| learning_rate | 0.001 | 0.0003 |", "| entropy | 1.5 | 4 |"], out.stdout
+    refused = subprocess.run([sys.executable, "sandbox/learner_trace.py", str(tmp_path),
+                              "--columns=grad_nrom"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "no column grad_nrom" in refused.stderr

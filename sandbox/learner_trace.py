@@ -1,0 +1,81 @@
+"""How did a run's learner move over its frames? Average the learner's logged statistics
+(`logs.csv`) and the score (the mean return of the episodes that ended, `episodes-*.csv`)
+over spans of frames (each 1M by default, as the suite scores a run), and print them as a
+table with a column per span:
+
+  .venv/bin/python sandbox/learner_trace.py runs/suite/impala-namethisgame-v5-s1
+  .venv/bin/python sandbox/learner_trace.py <run dir> --per=500000 --start=7000000 \
+      --columns=learning_rate,entropy,trust_region_masked
+
+A run's `logs.csv` is one row per logging interval, so a span's value is the mean of the
+rows logged in it (intervals are of about equal length). The `score` row is the mean return
+of the episodes that ended in the span.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+DEFAULT_COLUMNS = ("learning_rate", "grad_norm", "baseline_loss", "entropy", "policy_kl",
+                   "trust_region_masked")
+
+
+def span_means(rows: pd.DataFrame, values: list[str], per: int, start: int) -> pd.DataFrame:
+    """The mean of each of `values` over the rows whose `frames` fall in each span of `per`
+    frames after `start`, (end - per, end] as the suite's scores: a frame [span, value]
+    indexed by the span's last frame."""
+    rows = rows[rows["frames"] > start]
+    span_end = start + ((rows["frames"] - start - 1) // per + 1) * per
+    return rows.groupby(span_end)[values].mean()
+
+
+def trace(run_dir: Path, columns: list[str], per: int, start: int) -> pd.DataFrame:
+    """Rows: the run's `score` and each of `columns`; columns: the spans, named by their
+    last frame in millions (the suite's score at 5M is the span that ends at 5M)."""
+    logs = pd.read_csv(run_dir / "logs.csv")
+    unknown = [c for c in columns if c not in logs.columns]
+    if unknown:
+        raise SystemExit(f"{run_dir / 'logs.csv'}: no column {', '.join(unknown)}; it has "
+                         f"{', '.join(logs.columns)}")
+    table = span_means(logs, columns, per, start)
+    episode_files = sorted(run_dir.glob("episodes-*.csv"))
+    if episode_files:
+        episodes = pd.concat(pd.read_csv(f) for f in episode_files)
+        score = span_means(episodes, ["episode_return"], per, start)["episode_return"]
+        table.insert(0, "score", score)
+    table.index = [f"{end / 1e6:g}M" for end in table.index]
+    return table.T
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """`table` as a Markdown table, 4 significant digits."""
+    lines = ["| | " + " | ".join(table.columns) + " |",
+             "| --- |" + " ---: |" * len(table.columns)]
+    for name, row in table.iterrows():
+        cells = ["-" if pd.isna(v) else f"{v:.4g}" for v in row]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a run directory with its logs.csv")
+    parser.add_argument("--columns", default=",".join(DEFAULT_COLUMNS),
+                        help="logs.csv columns to average, comma-separated")
+    parser.add_argument("--per", type=int, default=1_000_000, help="frames per span")
+    parser.add_argument("--start", type=int, default=0, help="the first span's first frame")
+    args = parser.parse_args()
+    if not (args.run_dir / "logs.csv").is_file():
+        parser.error(f"{args.run_dir}: no logs.csv there (is it a run directory?)")
+    if args.per <= 0 or args.start < 0:
+        parser.error("--per must be > 0 and --start >= 0")
+    columns = [c for c in args.columns.split(",") if c]
+    print(markdown(trace(args.run_dir, columns, args.per, args.start)))
+
+
+if __name__ == "__main__":
+    main()
