@@ -1,7 +1,8 @@
 """What the benchmark suite keeps of each run, across stops and machines: its id and
 places (`SuiteRun`), its record (the commit it started at, its resumes), the state a resume
 on a new machine needs (`results/suite-state/<run id>/`), and at its end its row in
-`results/runs.csv` with its episodes file. `bench/suite.py` runs the games.
+`results/runs.csv` with its episodes file and its learner's logs. `bench/suite.py` runs the
+games.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
 EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 GROUP = "suite"
 TRIAL_GROUP = "suite-trial"  # other settings, beside the defaults on the suite's page
+LEARNER_LOGS = "learner-logs"  # results/learner-logs/<run id>.csv.gz: a recorded run's logs.csv
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,10 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
     episodes.to_csv(run.results / "episodes" / f"{run.run_id}.csv", index=False)
     record = read_record(run)
     logs = pd.read_csv(run.run_dir / "logs.csv")
+    # The learner's statistics are the evidence when a game falls short
+    # (sandbox/learner_trace.py reads them by run id); the run directory is not kept.
+    (run.results / LEARNER_LOGS).mkdir(parents=True, exist_ok=True)
+    logs.to_csv(run.results / LEARNER_LOGS / f"{run.run_id}.csv.gz", index=False)
     speed = logs["frames"].iloc[-1] / logs["interval_s"].sum()  # the time it trained
     note = (f"benchmark suite, ALE v5 protocol; {speed:,.0f} frames/s; "
             f"{record['resumes']} resumes")

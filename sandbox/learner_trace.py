@@ -3,9 +3,13 @@
 over spans of frames (each 1M by default, as the suite scores a run), and print them as a
 table with a column per span:
 
-  .venv/bin/python sandbox/learner_trace.py runs/suite/impala-namethisgame-v5-s1
-  .venv/bin/python sandbox/learner_trace.py <run dir> --per=500000 --start=7000000 \
+  .venv/bin/python sandbox/learner_trace.py impala-namethisgame-v5-s1   # a suite's row
+  .venv/bin/python sandbox/learner_trace.py runs/suite/impala-phoenix-v5-s1   # a run directory
+  .venv/bin/python sandbox/learner_trace.py <run> --per=500000 --start=7000000 \
       --columns=learning_rate,entropy,trust_region_masked
+
+A suite's row is found by its id in `results/`: the learner's logs the suite kept
+(`learner-logs/<id>.csv.gz`) and its episodes (`episodes/<id>.csv`).
 
 A run's `logs.csv` is one row per logging interval, so a span's value is the mean of the
 rows logged in it (intervals are of about equal length). The `score` row is the mean return
@@ -18,6 +22,8 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 DEFAULT_COLUMNS = ("learning_rate", "grad_norm", "baseline_loss", "entropy", "policy_kl",
                    "trust_region_masked")
@@ -32,16 +38,28 @@ def span_means(rows: pd.DataFrame, values: list[str], per: int, start: int) -> p
     return rows.groupby(span_end)[values].mean()
 
 
-def trace(run_dir: Path, columns: list[str], per: int, start: int) -> pd.DataFrame:
+def run_files(run: str) -> tuple[Path, list[Path]]:
+    """(logs, episode files) of `run`: a run directory, else a suite row's id in results/."""
+    if Path(run, "logs.csv").is_file():
+        return Path(run, "logs.csv"), sorted(Path(run).glob("episodes-*.csv"))
+    logs = RESULTS / "learner-logs" / f"{run}.csv.gz"
+    if logs.is_file():
+        episodes = RESULTS / "episodes" / f"{run}.csv"
+        return logs, [episodes] if episodes.is_file() else []
+    raise SystemExit(f"{run}: neither a run directory with a logs.csv nor a suite run kept "
+                     f"in {RESULTS / 'learner-logs'}")
+
+
+def trace(logs_file: Path, episode_files: list[Path], columns: list[str], per: int,
+          start: int) -> pd.DataFrame:
     """Rows: the run's `score` and each of `columns`; columns: the spans, named by their
     last frame in millions (the suite's score at 5M is the span that ends at 5M)."""
-    logs = pd.read_csv(run_dir / "logs.csv")
+    logs = pd.read_csv(logs_file)
     unknown = [c for c in columns if c not in logs.columns]
     if unknown:
-        raise SystemExit(f"{run_dir / 'logs.csv'}: no column {', '.join(unknown)}; it has "
+        raise SystemExit(f"{logs_file}: no column {', '.join(unknown)}; it has "
                          f"{', '.join(logs.columns)}")
     table = span_means(logs, columns, per, start)
-    episode_files = sorted(run_dir.glob("episodes-*.csv"))
     if episode_files:
         episodes = pd.concat(pd.read_csv(f) for f in episode_files)
         score = span_means(episodes, ["episode_return"], per, start)["episode_return"]
@@ -63,18 +81,16 @@ def markdown(table: pd.DataFrame) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path, help="a run directory with its logs.csv")
+    parser.add_argument("run", help="a run directory, or the id of a suite's row")
     parser.add_argument("--columns", default=",".join(DEFAULT_COLUMNS),
                         help="logs.csv columns to average, comma-separated")
     parser.add_argument("--per", type=int, default=1_000_000, help="frames per span")
     parser.add_argument("--start", type=int, default=0, help="the first span's first frame")
     args = parser.parse_args()
-    if not (args.run_dir / "logs.csv").is_file():
-        parser.error(f"{args.run_dir}: no logs.csv there (is it a run directory?)")
     if args.per <= 0 or args.start < 0:
         parser.error("--per must be > 0 and --start >= 0")
     columns = [c for c in args.columns.split(",") if c]
-    print(markdown(trace(args.run_dir, columns, args.per, args.start)))
+    print(markdown(trace(*run_files(args.run), columns, args.per, args.start)))
 
 
 if __name__ == "__main__":

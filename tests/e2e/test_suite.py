@@ -57,6 +57,8 @@ def test_the_suite_stops_resumes_on_a_new_machine_records_and_skips(tmp_path):
     for run_id in runs["id"]:
         episodes = pd.read_csv(tmp_path / "results" / "episodes" / f"{run_id}.csv")
         assert episodes["frames"].is_monotonic_increasing and len(episodes) > 0
+        kept = pd.read_csv(tmp_path / "results" / "learner-logs" / f"{run_id}.csv.gz")
+        assert kept["frames"].iloc[-1] >= FRAMES and "trust_region_masked" in kept
     pong = tmp_path / "runs" / "impala-pong-v5-s1"
     assert pd.read_csv(pong / "logs.csv")["frames"].iloc[-1] >= FRAMES
     assert not (tmp_path / "results" / "suite-state" / "impala-pong-v5-s1").exists()

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ from impala.envs import describe_env
 from impala.flags import parse_config
 from impala.nets import build_agent
 from impala.registry import algorithm_class
+from results import scores
 from tests.helpers import ROOT
 
 PONG = "PongNoFrameskip-v4"
@@ -93,3 +95,15 @@ def test_learner_trace_averages_logs_and_scores_over_the_suites_frame_spans(tmp_
                               "--columns=grad_nrom"],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "no column grad_nrom" in refused.stderr
+
+
+def test_learner_trace_of_a_suite_row_scores_as_the_suites_page_does():
+    run_id = "impala-namethisgame-v5-s1"  # its logs and episodes are kept in results/
+    out = subprocess.run([sys.executable, "sandbox/learner_trace.py", run_id,
+                          "--columns=learning_rate"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    score_row = next(line for line in out.stdout.splitlines() if line.startswith("| score |"))
+    episodes = pd.read_csv(ROOT / "results" / "episodes" / f"{run_id}.csv")
+    for column, frames in ((6, 6_000_000), (10, 10_000_000)):
+        assert float(score_row.split("|")[column + 1]) == pytest.approx(
+            scores.score_at(episodes, frames), rel=1e-3), score_row
