@@ -138,6 +138,8 @@ def status(runs: list[SuiteRun]) -> None:
         elif (run.state_dir / "checkpoint.pt").exists():
             reached = frames_so_far(run.state_dir)
             where = f"saved at {reached / 1e6:.2f}M frames in {run.state_dir}"
+        elif reached := frames_so_far(run.run_dir):  # training, before its first checkpoint
+            where = f"at {reached / 1e6:.2f}M frames in {run.run_dir}, no checkpoint yet"
         else:
             where, reached = "not started", 0
         print(f"[suite] {index}/{len(runs)} {run.run_id}: {where}")

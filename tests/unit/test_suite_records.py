@@ -55,3 +55,14 @@ def test_a_suite_name_in_a_list_is_expanded_and_a_misspelt_game_refused():
         "impala-phoenix-v5-s1:", "impala-qbert-v5-s1:", "impala-breakout-v5-s1:"]
     refused = suite_status("Pong,Qbret")
     assert refused.returncode == 2 and "no ALE game 'Qbret'" in refused.stderr
+
+
+def test_status_shows_a_run_training_before_its_first_checkpoint_as_started(tmp_path):
+    run = SuiteRun("Pong", "impala", 1, 10_000_000, tmp_path / "runs", tmp_path / "results")
+    write_episodes(run.run_dir / "episodes-0.csv", [300_000], [-20.0])
+    pd.DataFrame({"frames": [200_000, 400_000]}).to_csv(run.run_dir / "logs.csv", index=False)
+    out = subprocess.run([sys.executable, "bench/suite.py", "--games=Pong", "--status",
+                          f"--logdir={run.run_dir.parent}", f"--results={run.results}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert f"impala-pong-v5-s1: at 0.40M frames in {run.run_dir}, no checkpoint yet" in out.stdout
+    assert "1M -20.0 (so far)" in out.stdout, out.stdout
