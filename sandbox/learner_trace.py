@@ -19,9 +19,15 @@ of the episodes that ended in the span.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from suite_records import LEARNER_LOGS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -31,7 +37,7 @@ DEFAULT_COLUMNS = ("learning_rate", "grad_norm", "baseline_loss", "entropy", "po
 
 def span_means(rows: pd.DataFrame, values: list[str], per: int, start: int) -> pd.DataFrame:
     """The mean of each of `values` over the rows whose `frames` fall in each span of `per`
-    frames after `start`, (end - per, end] as the suite's scores: a frame [span, value]
+    frames after `start`, (end - per, end] as the suite's scores: a DataFrame [span, value]
     indexed by the span's last frame."""
     rows = rows[rows["frames"] > start]
     span_end = start + ((rows["frames"] - start - 1) // per + 1) * per
@@ -42,12 +48,12 @@ def run_files(run: str) -> tuple[Path, list[Path]]:
     """(logs, episode files) of `run`: a run directory, else a suite row's id in results/."""
     if Path(run, "logs.csv").is_file():
         return Path(run, "logs.csv"), sorted(Path(run).glob("episodes-*.csv"))
-    logs = RESULTS / "learner-logs" / f"{run}.csv.gz"
+    logs = RESULTS / LEARNER_LOGS / f"{run}.csv.gz"
     if logs.is_file():
         episodes = RESULTS / "episodes" / f"{run}.csv"
         return logs, [episodes] if episodes.is_file() else []
     raise SystemExit(f"{run}: neither a run directory with a logs.csv nor a suite run kept "
-                     f"in {RESULTS / 'learner-logs'}")
+                     f"in {RESULTS / LEARNER_LOGS}")
 
 
 def trace(logs_file: Path, episode_files: list[Path], columns: list[str], per: int,
