@@ -44,10 +44,15 @@ def game_of(level: str) -> str:
     return name.removesuffix("NoFrameskip")
 
 
+def span_ends(frames: pd.Series, per: int = ITERATION, start: int = 0) -> pd.Series:
+    """The last frame of the span (end - per, end] that each of `frames` falls in, spans of
+    `per` frames counted from `start` (an episode ending exactly at 1M is the first 1M's)."""
+    return start + ((frames - start - 1) // per + 1) * per
+
+
 def iteration_means(episodes: pd.DataFrame) -> pd.Series:
     """Mean return per 1M-frame iteration, indexed by the iteration's last frame."""
-    ends = ((episodes["frames"] - 1) // ITERATION + 1) * ITERATION
-    return episodes.groupby(ends)["episode_return"].mean()
+    return episodes.groupby(span_ends(episodes["frames"]))["episode_return"].mean()
 
 
 def score_at(episodes: pd.DataFrame, frames: int) -> float | None:

@@ -24,12 +24,15 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from suite_records import LEARNER_LOGS  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from results.scores import span_ends  # noqa: E402
+
+RESULTS = ROOT / "results"
 
 DEFAULT_COLUMNS = ("learning_rate", "grad_norm", "baseline_loss", "entropy", "policy_kl",
                    "trust_region_masked")
@@ -40,8 +43,7 @@ def span_means(rows: pd.DataFrame, values: list[str], per: int, start: int) -> p
     frames after `start`, (end - per, end] as the suite's scores: a DataFrame [span, value]
     indexed by the span's last frame."""
     rows = rows[rows["frames"] > start]
-    span_end = start + ((rows["frames"] - start - 1) // per + 1) * per
-    return rows.groupby(span_end)[values].mean()
+    return rows.groupby(span_ends(rows["frames"], per, start))[values].mean()
 
 
 def run_files(run: str) -> tuple[Path, list[Path]]:

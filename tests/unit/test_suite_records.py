@@ -41,9 +41,10 @@ def test_returns_show_as_on_the_suites_page_tenths_only_below_100(tmp_path):
     assert iteration_line(run, 2_000_000) == "1M 2,688 | 2M -18.6"
 
 
-def suite_status(games: str) -> subprocess.CompletedProcess:
+def suite_status(games: str, logdir="/nonexistent", results="/nonexistent"
+                 ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "bench" / "suite.py"), f"--games={games}",
-                           "--status", "--logdir=/nonexistent", "--results=/nonexistent"],
+                           "--status", f"--logdir={logdir}", f"--results={results}"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
@@ -61,8 +62,7 @@ def test_status_shows_a_run_training_before_its_first_checkpoint_as_started(tmp_
     run = SuiteRun("Pong", "impala", 1, 10_000_000, tmp_path / "runs", tmp_path / "results")
     write_episodes(run.run_dir / "episodes-0.csv", [300_000], [-20.0])
     pd.DataFrame({"frames": [200_000, 400_000]}).to_csv(run.run_dir / "logs.csv", index=False)
-    out = subprocess.run([sys.executable, "bench/suite.py", "--games=Pong", "--status",
-                          f"--logdir={run.run_dir.parent}", f"--results={run.results}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    out = suite_status("Pong", run.run_dir.parent, run.results)
+    assert out.returncode == 0, out.stderr
     assert f"impala-pong-v5-s1: at 0.40M frames in {run.run_dir}, no checkpoint yet" in out.stdout
     assert "1M -20.0 (so far)" in out.stdout, out.stdout
