@@ -122,6 +122,7 @@ def page(runs: pd.DataFrame, episodes_of, trials: pd.DataFrame | None = None) ->
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += estimate_lines(runs, ours, data)
+    lines += seed_range_lines(runs, episodes_of, data)
     if trials is not None and len(trials):
         lines += trial_lines(runs, trials, episodes_of)
     lines += ["## Curves", ""] + [f"![{game_of(level)}](figures/suite-{game_of(level)}.png)"
@@ -147,6 +148,44 @@ def estimate_lines(runs: pd.DataFrame, ours: dict, data: pd.DataFrame) -> list[s
                  for frames in CHECKPOINTS]
         lines.append(f"| Dopamine {agent} | " + " | ".join(cells) + " |")
     return [*lines, "", "A dash: not every Atari-5 game has episodes there yet.", ""]
+
+
+def dopamine_range(data: pd.DataFrame, game: str, agent: str,
+                   frames: int) -> tuple[float, float] | None:
+    """The lowest and highest of a Dopamine agent's seeds at `frames` (None: no data)."""
+    row = data[(data["game"] == game) & (data["agent"] == agent) & (data["frames"] == frames)]
+    return (float(row["min"].iloc[0]), float(row["max"].iloc[0])) if len(row) else None
+
+
+def place_among(score: float | None, spread: tuple[float, float] | None) -> str:
+    """Where one seed's `score` falls against another agent's seeds' (lowest, highest)."""
+    if score is None or spread is None:
+        return "-"
+    low, high = spread
+    return "below all" if score < low else "above all" if score > high else "among them"
+
+
+def seed_range_lines(runs: pd.DataFrame, episodes_of, data: pd.DataFrame) -> list[str]:
+    """Per run and budget: its score beside the range of Rainbow's and IQN's five seeds,
+    and where it falls in each, since one seed below a five-seed mean may be noise."""
+    agents = README_AGENTS
+    lines = ["## One seed against Dopamine's five", "",
+             "A mean over 5 seeds hides their spread: each run's score beside the lowest "
+             "and highest of Dopamine's seeds at the same frames, and where it falls.", "",
+             "| game | frames | score | " + " | ".join(f"{a} seeds | vs {a}" for a in agents)
+             + " |", "| --- | ---: | ---: |" + " ---: | --- |" * len(agents)]
+    for frames in CHECKPOINTS:
+        for _, row in runs.iterrows():
+            game = game_of(row["level"])
+            score = score_at(episodes_of(row["id"]), frames)
+            cells = [game, f"{frames / 1e6:g}M", return_cell(score)]
+            for agent in agents:
+                spread = dopamine_range(data, game, agent, frames)
+                cells += ["-" if spread is None else
+                          f"{return_cell(spread[0])} to {return_cell(spread[1])}",
+                          place_among(score, spread)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def trial_lines(runs: pd.DataFrame, trials: pd.DataFrame, episodes_of) -> list[str]:

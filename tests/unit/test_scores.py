@@ -89,3 +89,21 @@ def test_a_trial_is_shown_beside_the_defaults_for_the_iterations_it_reached():
     episodes["t"]["episode_return"] /= 100  # a game of small returns keeps its tenths
     table = scores.trial_lines(runs, trials, episodes.__getitem__)[lines.index("### Qbert") + 2:]
     assert table[3] == "| t | `--entropy_cost=0.001` | def | 2.0 | 29.5 |"
+
+
+def test_one_seed_is_placed_among_dopamines_five_seeds_from_their_published_range():
+    """Qbert at 10M: Rainbow's seeds span 4,264 to 8,057 and IQN's 4,299 to 7,073
+    (Dopamine's `Qbert.json`), so 4,494 falls among both, 4,000 below both and 9,000
+    above both; a budget with no episodes gets a dash."""
+    runs = pd.DataFrame({"id": ["low", "mid", "high"], "level": ["ALE/Qbert-v5"] * 3})
+    episodes = {name: pd.DataFrame({"frames": [9_500_000], "episode_return": [score]})
+                for name, score in (("low", 4_000.0), ("mid", 4_494.0), ("high", 9_000.0))}
+    lines = scores.seed_range_lines(runs, episodes.__getitem__, scores.dopamine())
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines
+            if line.startswith("| Qbert | 10M")]
+    assert [row[2:] for row in rows] == [
+        ["4,000", "4,264 to 8,057", "below all", "4,299 to 7,073", "below all"],
+        ["4,494", "4,264 to 8,057", "among them", "4,299 to 7,073", "among them"],
+        ["9,000", "4,264 to 8,057", "above all", "4,299 to 7,073", "above all"]]
+    at_5m = [line for line in lines if line.startswith("| Qbert | 5M")]
+    assert all(line.split("|")[3].strip() == "-" for line in at_5m)
