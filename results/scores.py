@@ -80,9 +80,15 @@ def atari5(hns_by_game: dict[str, float | None]) -> float | None:
     return 10 ** log_sum - 1
 
 
+def dopamine_row(data: pd.DataFrame, game: str, agent: str, frames: int) -> pd.Series | None:
+    """A Dopamine agent's seeds at `frames` (mean, std, min, max), None where not published."""
+    rows = data[(data["game"] == game) & (data["agent"] == agent) & (data["frames"] == frames)]
+    return rows.iloc[0] if len(rows) else None
+
+
 def dopamine_score(data: pd.DataFrame, game: str, agent: str, frames: int) -> float | None:
-    row = data[(data["game"] == game) & (data["agent"] == agent) & (data["frames"] == frames)]
-    return float(row["mean"].iloc[0]) if len(row) else None
+    row = dopamine_row(data, game, agent, frames)
+    return None if row is None else float(row["mean"])
 
 
 def dopamine_estimate(data: pd.DataFrame, agent: str, frames: int) -> float | None:
@@ -153,8 +159,8 @@ def estimate_lines(runs: pd.DataFrame, ours: dict, data: pd.DataFrame) -> list[s
 def dopamine_range(data: pd.DataFrame, game: str, agent: str,
                    frames: int) -> tuple[float, float] | None:
     """The lowest and highest of a Dopamine agent's seeds at `frames` (None: no data)."""
-    row = data[(data["game"] == game) & (data["agent"] == agent) & (data["frames"] == frames)]
-    return (float(row["min"].iloc[0]), float(row["max"].iloc[0])) if len(row) else None
+    row = dopamine_row(data, game, agent, frames)
+    return None if row is None else (float(row["min"]), float(row["max"]))
 
 
 def place_among(score: float | None, spread: tuple[float, float] | None) -> str:
