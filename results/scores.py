@@ -113,6 +113,7 @@ def page(runs: pd.DataFrame, episodes_of, trials: pd.DataFrame | None = None) ->
              "before N (a Dopamine training iteration). HNS: human-normalized score, percent. "
              "Dopamine's columns are the mean of its 5 seeds at the same frames.", ""]
     ours: dict[str, dict[int, dict[str, float | None]]] = {}
+    measured: dict[str, dict[int, float | None]] = {}
     for frames in CHECKPOINTS:
         lines += [f"## At {frames / 1e6:g}M frames", "",
                   "| game | run | score | HNS | " + " | ".join(f"{a} | {a} HNS" for a in AGENTS)
@@ -120,6 +121,7 @@ def page(runs: pd.DataFrame, episodes_of, trials: pd.DataFrame | None = None) ->
         for _, row in runs.iterrows():
             game = game_of(row["level"])
             score = score_at(episodes_of(row["id"]), frames)
+            measured.setdefault(row["id"], {})[frames] = score
             ours.setdefault(row["id"], {})[frames] = {game: hns(game, score)}
             cells = [game, row["id"], _cell(score), _cell(hns(game, score), "{:.0f}%")]
             for agent in AGENTS:
@@ -128,7 +130,7 @@ def page(runs: pd.DataFrame, episodes_of, trials: pd.DataFrame | None = None) ->
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += estimate_lines(runs, ours, data)
-    lines += seed_range_lines(runs, episodes_of, data)
+    lines += seed_range_lines(runs, measured, data)
     if trials is not None and len(trials):
         lines += trial_lines(runs, trials, episodes_of)
     lines += ["## Curves", ""] + [f"![{game_of(level)}](figures/suite-{game_of(level)}.png)"
@@ -171,9 +173,11 @@ def place_among(score: float | None, spread: tuple[float, float] | None) -> str:
     return "below all" if score < low else "above all" if score > high else "among them"
 
 
-def seed_range_lines(runs: pd.DataFrame, episodes_of, data: pd.DataFrame) -> list[str]:
-    """Per run and budget: its score beside the range of Rainbow's and IQN's five seeds,
-    and where it falls in each, since one seed below a five-seed mean may be noise."""
+def seed_range_lines(runs: pd.DataFrame, measured: dict[str, dict[int, float | None]],
+                     data: pd.DataFrame) -> list[str]:
+    """Per run and budget: its score (`measured[run id][frames]`, as `page` scored it)
+    beside the range of Rainbow's and IQN's five seeds, and where it falls in each, since
+    one seed below a five-seed mean may be noise."""
     agents = README_AGENTS
     lines = ["## One seed against Dopamine's five", "",
              "A mean over 5 seeds hides their spread: each run's score beside the lowest "
@@ -183,7 +187,7 @@ def seed_range_lines(runs: pd.DataFrame, episodes_of, data: pd.DataFrame) -> lis
     for frames in CHECKPOINTS:
         for _, row in runs.iterrows():
             game = game_of(row["level"])
-            score = score_at(episodes_of(row["id"]), frames)
+            score = measured[row["id"]][frames]
             cells = [game, f"{frames / 1e6:g}M", return_cell(score)]
             for agent in agents:
                 spread = dopamine_range(data, game, agent, frames)

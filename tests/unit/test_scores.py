@@ -94,11 +94,11 @@ def test_a_trial_is_shown_beside_the_defaults_for_the_iterations_it_reached():
 def test_one_seed_is_placed_among_dopamines_five_seeds_from_their_published_range():
     """Qbert at 10M: Rainbow's seeds span 4,264 to 8,057 and IQN's 4,299 to 7,073
     (Dopamine's `Qbert.json`), so 4,494 falls among both, 4,000 below both and 9,000
-    above both; a budget with no episodes gets a dash."""
+    above both; a budget with no score gets a dash."""
     runs = pd.DataFrame({"id": ["low", "mid", "high"], "level": ["ALE/Qbert-v5"] * 3})
-    episodes = {name: pd.DataFrame({"frames": [9_500_000], "episode_return": [score]})
+    measured = {name: {5_000_000: None, 10_000_000: score}
                 for name, score in (("low", 4_000.0), ("mid", 4_494.0), ("high", 9_000.0))}
-    lines = scores.seed_range_lines(runs, episodes.__getitem__, scores.dopamine())
+    lines = scores.seed_range_lines(runs, measured, scores.dopamine())
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines
             if line.startswith("| Qbert | 10M")]
     assert [row[2:] for row in rows] == [
