@@ -46,6 +46,7 @@ from pathlib import Path
 
 import common
 from suite_records import (
+    NothingToRecord,
     SuiteRun,
     finished_ids,
     frames_so_far,
@@ -218,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[suite] {index}/{len(args.runs)} {run.run_id}: finished, skipped")
             continue
         if run.until and run.reached_its_end():
-            record_row(run, args.extra)
-            print(f"[suite] {run.run_id}: already at {run.until / 1e6:g}M frames, recorded")
+            if recorded(run, args.extra):
+                print(f"[suite] {run.run_id}: already at {run.until / 1e6:g}M frames, recorded")
+            else:
+                refused += 1
             continue
         changed = preset_changes(run, preset_of(run))
         if changed:
@@ -231,8 +234,11 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         result = train(run, args.port, args.extra, stop)
         if result == "finished" or (run.until and run.reached_its_end()):
-            record_row(run, args.extra)  # even if a stop came as it finished
-            print(f"[suite] {run.run_id}: finished, recorded in {run.results / 'runs.csv'}")
+            # recorded even if a stop came as it finished
+            if recorded(run, args.extra):
+                print(f"[suite] {run.run_id}: finished, recorded in {run.results / 'runs.csv'}")
+            else:
+                refused += 1
             continue
         if stop.requested.is_set():
             print(f"[suite] {run.run_id}: stopped at {frames_so_far(run.run_dir) / 1e6:.2f}M "
@@ -242,6 +248,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{run.run_dir / 'suite-experiment.log'}", file=sys.stderr)
         return 1
     return 1 if refused else 0
+
+
+def recorded(run: SuiteRun, extra: list[str]) -> bool:
+    """Record the run's row; False, with the reason on stderr, if it has no episode."""
+    try:
+        record_row(run, extra)
+    except NothingToRecord as error:
+        print(error, file=sys.stderr)
+        return False
+    return True
 
 
 def preset_of(run: SuiteRun) -> dict:

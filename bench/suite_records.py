@@ -147,10 +147,23 @@ def restore_state(run: SuiteRun) -> bool:
     return True
 
 
+class NothingToRecord(Exception):
+    """A run reached its last frame before any episode of it ended: it has no score."""
+
+
 def record_row(run: SuiteRun, extra: list[str]) -> None:
-    """The finished run as a row of runs.csv, with its episodes file beside it."""
-    episodes = pd.read_csv(run.run_dir / "episodes-0.csv")[EPISODE_COLUMNS]
+    """The finished run as a row of runs.csv, with its episodes file beside it. Raises
+    NothingToRecord, leaving the saved state, if no episode ended by the run's last frame."""
+    try:
+        episodes = pd.read_csv(run.run_dir / "episodes-0.csv")[EPISODE_COLUMNS]
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        episodes = pd.DataFrame(columns=EPISODE_COLUMNS)
     episodes = episodes[episodes["frames"] <= run.last_frame]  # a trial runs on to its next log row
+    if episodes.empty:
+        raise NothingToRecord(
+            f"[suite] {run.run_id}: no episode ended in its {run.last_frame:,} frames, so it has "
+            f"no score to record; its state stays in {run.state_dir}. Give it more frames "
+            "(--frames, or --until for a trial) and run the same command again")
     (run.results / "episodes").mkdir(parents=True, exist_ok=True)
     episodes.to_csv(run.results / "episodes" / f"{run.run_id}.csv", index=False)
     record = read_record(run)

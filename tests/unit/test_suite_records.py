@@ -66,3 +66,26 @@ def test_status_shows_a_run_training_before_its_first_checkpoint_as_started(tmp_
     assert out.returncode == 0, out.stderr
     assert f"impala-pong-v5-s1: at 0.40M frames in {run.run_dir}, no checkpoint yet" in out.stdout
     assert "1M -20.0 (so far)" in out.stdout, out.stdout
+
+
+def test_a_run_that_ended_no_episode_is_not_recorded_and_keeps_its_state(tmp_path):
+    """A trial already at its last frame with no ended episode has no score: the suite says
+    so, exits 1 and keeps the state a longer run would resume from, instead of crashing."""
+    run = SuiteRun("Pong", "impala", 1, 48_000, tmp_path / "runs", tmp_path / "results",
+                   trial="ent0.001", until=12_000)
+    write_episodes(run.run_dir / "episodes-0.csv", [12_800], [-21.0])  # after its last frame
+    pd.DataFrame({"frames": [6_000, 12_800], "interval_s": [1.0, 1.0]}).to_csv(
+        run.run_dir / "logs.csv", index=False)
+    run.state_dir.mkdir(parents=True)
+    (run.state_dir / "checkpoint.pt").write_bytes(b"the state a resume needs")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "suite.py"), "--games=Pong",
+                           "--frames=48000", "--trial=ent0.001", "--until=12000",
+                           f"--logdir={run.logdir}", f"--results={run.results}", "--",
+                           "--entropy_cost=0.001"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("impala-pong-v5-s1-ent0.001: no episode ended in its 12,000 frames" in done.stderr
+            and "run the same command again" in done.stderr), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (run.results / "runs.csv").exists()
+    assert (run.state_dir / "checkpoint.pt").read_bytes() == b"the state a resume needs"
