@@ -17,10 +17,10 @@ from pathlib import Path
 import common
 import pandas as pd
 
+from impala.logs import EPISODE_COLUMNS
 from results.scores import iteration_means, return_cell
 
 STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
-EPISODE_COLUMNS = ["time", "frames", "episode_return", "episode_length"]
 GROUP = "suite"
 TRIAL_GROUP = "suite-trial"  # other settings, beside the defaults on the suite's page
 LEARNER_LOGS = "learner-logs"  # results/learner-logs/<run id>.csv.gz: a recorded run's logs.csv
@@ -88,11 +88,17 @@ def finished_ids(results: Path) -> set[str]:
 
 def frames_so_far(run_dir: Path) -> int:
     """The frame count of the run's last log row (0 before the first)."""
+    logs = rows_of(run_dir / "logs.csv")
+    return 0 if logs is None else int(logs["frames"].iloc[-1])
+
+
+def rows_of(path: Path) -> pd.DataFrame | None:
+    """A CSV file's rows; None while it is missing, empty or only its header."""
     try:
-        logs = pd.read_csv(run_dir / "logs.csv")
+        table = pd.read_csv(path)
     except (FileNotFoundError, pd.errors.EmptyDataError):
-        return 0
-    return int(logs["frames"].iloc[-1]) if len(logs) else 0
+        return None
+    return table if len(table) else None
 
 
 def meta(run_dir: Path) -> dict:
@@ -154,12 +160,10 @@ class NothingToRecord(Exception):
 def record_row(run: SuiteRun, extra: list[str]) -> None:
     """The finished run as a row of runs.csv, with its episodes file beside it. Raises
     NothingToRecord, leaving the saved state, if no episode ended by the run's last frame."""
-    try:
-        episodes = pd.read_csv(run.run_dir / "episodes-0.csv")[EPISODE_COLUMNS]
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        episodes = pd.DataFrame(columns=EPISODE_COLUMNS)
-    episodes = episodes[episodes["frames"] <= run.last_frame]  # a trial runs on to its next log row
-    if episodes.empty:
+    episodes = rows_of(run.run_dir / "episodes-0.csv")
+    if episodes is not None:  # a trial runs on to its next log row
+        episodes = episodes.loc[episodes["frames"] <= run.last_frame, EPISODE_COLUMNS]
+    if episodes is None or episodes.empty:
         raise NothingToRecord(
             f"[suite] {run.run_id}: no episode ended in its {run.last_frame:,} frames, so it has "
             f"no score to record; its state stays in {run.state_dir}. Give it more frames "

@@ -14,7 +14,7 @@ import pytest
 
 from results import scores
 from tests.faults import text_of
-from tests.helpers import ROOT, free_port, wait_for
+from tests.helpers import ROOT, free_port, read_csv, wait_for
 
 pytestmark = pytest.mark.slow
 SUITE = str(ROOT / "bench" / "suite.py")
@@ -30,11 +30,8 @@ def suite(tmp_path, *more: str, games: str = "Pong,Breakout") -> list[str]:
 
 def has_an_episode(state) -> bool:
     """A saved state with its checkpoint, logs and at least one ended episode."""
-    try:
-        return ((state / "checkpoint.pt").exists() and (state / "logs.csv").exists()
-                and len(pd.read_csv(state / "episodes-0.csv")) > 0)
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        return False
+    return ((state / "checkpoint.pt").exists() and (state / "logs.csv").exists()
+            and read_csv(state / "episodes-0.csv") is not None)
 
 
 def test_the_suite_stops_resumes_on_a_new_machine_records_and_skips(tmp_path):
