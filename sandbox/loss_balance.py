@@ -33,6 +33,7 @@ import common  # noqa: E402
 
 from impala.algorithms.impala import BASELINE, POLICY, vtrace  # noqa: E402
 from impala.algorithms.impala.loss import (  # noqa: E402
+    baseline_loss,
     entropy_loss,
     policy_gradient_loss,
     sample_actions,
@@ -86,10 +87,11 @@ def gradient(term: torch.Tensor, model, keep: bool = False) -> torch.Tensor:
                       for w, g in zip(weights, grads, strict=True)])
 
 
-def pulls(model, cfg, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor,
-                                                                torch.Tensor]:
-    """The gradients of the two terms over one batch [T + 1, B, ...], each alone: figures
-    of the batch, and the two flat gradients [weights]."""
+def pulls(model, cfg, batch: dict[str, torch.Tensor]
+          ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of the three terms over one batch [T + 1, B, ...], each alone: figures
+    of the batch, and the flat gradients [weights] of the policy gradient, the weighted
+    entropy bonus and the weighted baseline loss."""
     output, _ = model(*(batch[name] for name in FIELDS),
                       model.initial_state(batch["action"].shape[1]))
     logits, values = output.heads[POLICY], output.heads[BASELINE]
@@ -102,12 +104,21 @@ def pulls(model, cfg, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float],
     pg = policy_gradient_loss(logits[:-1], batch["action"][:-1], returns.pg_advantages)
     neg_entropy = entropy_loss(logits[:-1])
     bonus = cfg.algorithm_flags.entropy_cost * neg_entropy
-    g_pg, g_bonus = gradient(pg, model, keep=True), gradient(bonus, model)
+    value = cfg.algorithm_flags.baseline_cost * baseline_loss(returns.vs - values[:-1])
+    g_pg, g_bonus = gradient(pg, model, keep=True), gradient(bonus, model, keep=True)
+    g_value = gradient(value, model)
     figures = {"abs_advantage": float(returns.pg_advantages.abs().mean()),
                "reward_steps": float((rewards != 0).float().mean()),
                "entropy": float(-neg_entropy.detach() / rewards.numel()),
-               **compare(g_pg, g_bonus)}
-    return figures, g_pg, g_bonus
+               **compare(g_pg, g_bonus), **against_value(g_pg, g_value)}
+    return figures, g_pg, g_bonus, g_value
+
+
+def against_value(g_pg: torch.Tensor, g_value: torch.Tensor) -> dict[str, float]:
+    """The weighted baseline term's pull beside the policy gradient's: under one global
+    clip of their sum, the larger one sets how far the other may move the weights."""
+    return {"value_norm": float(g_value.norm()),
+            "value_ratio": float(g_value.norm() / g_pg.norm())}
 
 
 def compare(g_pg: torch.Tensor, g_bonus: torch.Tensor) -> dict[str, float]:
@@ -167,18 +178,23 @@ def main(argv: list[str] | None = None) -> int:
     played = play(parts.model, cfg, args.envs, args.steps, args.seed)
     pieces = unrolls(played, cfg.unroll_length)
     size = cfg.batch_size
-    rows, pg_grads, bonus_grads = [], Halves(), Halves()
+    rows, pg_grads, bonus_grads, value_grads = [], Halves(), Halves(), Halves()
     starts = range(0, len(pieces) - size + 1, size)
     for i in starts:
-        figures, g_pg, g_bonus = pulls(parts.model, cfg, batch_of(pieces[i:i + size]))
+        figures, g_pg, g_bonus, g_value = pulls(parts.model, cfg, batch_of(pieces[i:i + size]))
         rows.append(figures)
         half = int(i >= starts[len(starts) // 2])
         pg_grads.add(half, g_pg)
         bonus_grads.add(half, g_bonus)
+        value_grads.add(half, g_value)
     per_batch = {name: float(np.mean([row[name] for row in rows])) for name in rows[0]}
-    mean = compare(sum(pg_grads.sums) / len(rows), sum(bonus_grads.sums) / len(rows))
-    systematic = {"pg_norm": pg_grads.norm_of_mean(), "bonus_norm": bonus_grads.norm_of_mean()}
+    mean_pg = sum(pg_grads.sums) / len(rows)
+    mean = {**compare(mean_pg, sum(bonus_grads.sums) / len(rows)),
+            **against_value(mean_pg, sum(value_grads.sums) / len(rows))}
+    systematic = {"pg_norm": pg_grads.norm_of_mean(), "bonus_norm": bonus_grads.norm_of_mean(),
+                  "value_norm": value_grads.norm_of_mean()}
     systematic["ratio"] = systematic["pg_norm"] / systematic["bonus_norm"]
+    systematic["value_ratio"] = systematic["value_norm"] / systematic["pg_norm"]
     systematic["cosine"] = pg_grads.dot_of_means(bonus_grads) / (
         systematic["pg_norm"] * systematic["bonus_norm"])
     print(f"{args.run_dir.name}: {frames} frames, entropy_cost "
@@ -186,21 +202,24 @@ def main(argv: list[str] | None = None) -> int:
           f"{cfg.unroll_length} steps; policy entropy {per_batch['entropy']:.2f} nats, mean "
           f"|advantage| {per_batch['abs_advantage']:.4f}, steps with a reward "
           f"{per_batch['reward_steps']:.3f}")
-    print("| gradients | pg norm | bonus norm | ratio pg / bonus | cosine |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| gradients | pg norm | bonus norm | ratio pg / bonus | cosine | value norm | "
+          "ratio value / pg |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     estimates = {"each batch (mean)": per_batch, "their mean over the batches": mean,
                  "their expectation, the noise taken out": systematic}
     for name, row in estimates.items():
         print(f"| {name} | {row['pg_norm']:.3f} | {row['bonus_norm']:.3f} | "
-              f"{row['ratio']:.2f} | {row['cosine']:.3f} |")
+              f"{row['ratio']:.2f} | {row['cosine']:.3f} | {row['value_norm']:.3f} | "
+              f"{row['value_ratio']:.2f} |")
     if args.csv:
         context = {"run": args.run_dir.name, "frames": frames,
                    "entropy_cost": cfg.algorithm_flags.entropy_cost, "batches": len(rows),
                    **{name: round(per_batch[name], 4)
                       for name in ("entropy", "abs_advantage", "reward_steps")}}
         append_rows(args.csv, [{**context, "gradients": name,
-                                **{k: round(row[k], 4) for k in ("pg_norm", "bonus_norm",
-                                                                 "ratio", "cosine")},
+                                **{k: round(row[k], 4) for k in (
+                                    "pg_norm", "bonus_norm", "ratio", "cosine", "value_norm",
+                                    "value_ratio")},
                                 "command": " ".join(["sandbox/loss_balance.py", *sys.argv[1:]]),
                                 "machine": common.machine_name(), "commit": common.git_commit()}
                                for name, row in estimates.items()])
