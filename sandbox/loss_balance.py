@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     size = cfg.batch_size
     rows, pg_grads, bonus_grads, value_grads = [], Halves(), Halves(), Halves()
     starts = range(0, len(pieces) - size + 1, size)
+    if len(starts) < 2:
+        parser.error(f"{len(pieces)} unrolls make {len(starts)} batch of {size}: the two "
+                     f"halves need two at least (more --steps or --envs)")
     for i in starts:
         figures, g_pg, g_bonus, g_value = pulls(parts.model, cfg, batch_of(pieces[i:i + size]))
         rows.append(figures)

@@ -18,6 +18,7 @@ from impala.assembly import assemble
 from impala.envs import describe_env
 from impala.flags import parse_config
 from impala.nets import build_agent
+from impala.optim import RMSpropTF
 from impala.registry import algorithm_class
 from results import scores
 from tests.helpers import ROOT
@@ -110,3 +111,64 @@ def test_learner_trace_of_a_suite_row_scores_as_the_suites_page_does():
     for column, frames in ((6, 6_000_000), (10, 10_000_000)):
         assert float(score_row.split("|")[column + 1]) == pytest.approx(
             scores.score_at(episodes, frames), rel=1e-3), score_row
+
+
+def _cartpole_run_dir(tmp_path, **flags) -> tuple:
+    """A CartPole run directory with an untrained checkpoint (seeded weights): the run
+    directory, its model and Config."""
+    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    flags = {"level_name": "CartPole-v1", "agent_name": "MLPAgent", "algorithm": "impala",
+             **flags}
+    cfg = parse_config([f"--{k}={v}" for k, v in flags.items()])
+    torch.manual_seed(0)
+    model = build_agent("MLPAgent", describe_env(cfg.env_config), algorithm_class("impala"))
+    run_dir.mkdir(parents=True)
+    (run_dir / "meta.json").write_text(json.dumps({"flags": flags}))
+    return run_dir, model, cfg
+
+
+def test_step_scale_reads_the_share_of_weights_below_epsilon_and_the_logged_clip(tmp_path):
+    run_dir, model, cfg = _cartpole_run_dir(tmp_path)
+    optimizer = RMSpropTF(model.parameters(), epsilon=0.01)
+    for param in model.parameters():
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    first, *rest = model.parameters()
+    ms = optimizer.state[first]["mean_square"].view(-1)
+    ms.zero_()
+    ms[:ms.numel() // 2] = 1.0  # half of the first layer above epsilon, half at 0
+    for param in rest:
+        optimizer.state[param]["mean_square"].fill_(0.001)  # all below epsilon
+    checkpoint.save(run_dir / "checkpoint.pt", model, optimizer, {"frames": 5000, "updates": 1},
+                    cfg.to_dict())
+    # Norms 80 and 20 within the span: mean 50; the clip of 40 scaled them by 0.5 and 1.
+    (run_dir / "logs.csv").write_text("frames,grad_norm\n1000,1000\n4000,80\n5000,20\n")
+    out = subprocess.run([sys.executable, "sandbox/step_scale.py", f"--run_dir={run_dir}",
+                          "--span=2000"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in
+            line][1:]
+    shares = [row.split("|")[3].strip() for row in rows]
+    assert shares == ["50%"] + ["100%"] * len(rest), out.stdout
+    assert ("logged gradient norm before clipping 50 over the last 2,000 frames, scaled by "
+            "0.750 on average to the clip of 40") in out.stdout, out.stdout
+
+
+def test_loss_balance_weighs_the_baseline_term_by_its_cost(tmp_path):
+    norms = {}
+    for cost in (0.5, 1.0):
+        run_dir, model, cfg = _cartpole_run_dir(tmp_path / str(cost), baseline_cost=cost)
+        checkpoint.save(run_dir / "checkpoint.pt", model, None, {"frames": 100, "updates": 1},
+                        cfg.to_dict())
+        table = tmp_path / f"balance-{cost}.csv"
+        subprocess.run([sys.executable, "sandbox/loss_balance.py", f"--run_dir={run_dir}",
+                        "--envs=8", "--steps=200", f"--csv={table}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+        norms[cost] = pd.read_csv(table).iloc[1]  # the gradients' mean over the batches
+    # The same games played (same seed and weights): the policy gradient is the same, and
+    # the baseline term's gradient is linear in its weight.
+    assert norms[1.0]["pg_norm"] == pytest.approx(norms[0.5]["pg_norm"], rel=1e-3)
+    assert norms[0.5]["value_norm"] > 0
+    assert norms[1.0]["value_norm"] == pytest.approx(2 * norms[0.5]["value_norm"], rel=1e-3)
+    assert norms[1.0]["value_ratio"] == pytest.approx(
+        norms[1.0]["value_norm"] / norms[1.0]["pg_norm"], rel=1e-3)
