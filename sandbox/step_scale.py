@@ -33,13 +33,14 @@ from impala.evaluate import play_agent  # noqa: E402
 
 def layer_rows(names: list[str], state: dict, epsilon: float) -> list[dict]:
     """One row per weight tensor: its size, the share of its entries whose RMSProp mean
-    square is below epsilon, and the median of mean square + epsilon."""
+    square is below epsilon, and the median of RMSProp's denominator,
+    sqrt(mean square + epsilon)."""
     rows = []
     for index, name in enumerate(names):
         mean_square = state[index]["mean_square"].flatten().float()
         rows.append({"layer": name, "weights": mean_square.numel(),
                      "below_epsilon": float((mean_square < epsilon).float().mean()),
-                     "median_denominator_sq": float((mean_square + epsilon).median())})
+                     "median_denominator": float((mean_square + epsilon).median().sqrt())})
     return rows
 
 
@@ -64,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, help="append the run's line to this table")
     args = parser.parse_args(argv)
     cfg = run_config(args.run_dir)
-    parts, frames = play_agent(cfg)
     state = checkpoint.load(args.run_dir / checkpoint.CHECKPOINT_NAME, cfg.to_dict())
+    frames = int(state["counters"]["frames"])
+    parts, _ = play_agent(cfg, trained=False)  # the network's parameter order, not its weights
     names = [name for name, _ in parts.model.named_parameters()]
     optimizer = state["optimizer"]
     epsilon = float(optimizer["param_groups"][0]["epsilon"])
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | ---: | ---: | ---: |")
     for row in rows:
         print(f"| {row['layer']} | {row['weights']:,} | {row['below_epsilon']:.0%} | "
-              f"{row['median_denominator_sq'] ** 0.5:.3f} |")
+              f"{row['median_denominator']:.3f} |")
     below = sum(row["below_epsilon"] * row["weights"] for row in rows)
     below /= sum(row["weights"] for row in rows)
     print(f"weights below epsilon: {below:.0%}; logged gradient norm before clipping "

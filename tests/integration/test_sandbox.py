@@ -58,17 +58,11 @@ def test_each_r2d2_variant_builds_with_its_preset_and_acts(variant):
 
 
 def test_policy_sharpness_plays_a_checkpoint_sampled_greedily_and_beside_uniform_play(tmp_path):
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
-    flags = {"level_name": "CartPole-v1", "agent_name": "MLPAgent", "algorithm": "impala"}
-    cfg = parse_config([f"--{k}={v}" for k, v in flags.items()])
-    # An untrained policy is near uniform, but how near depends on its initial weights: a
-    # fixed draw keeps the entropy and top probability inside the ranges asserted below.
-    torch.manual_seed(0)
-    model = build_agent("MLPAgent", describe_env(cfg.env_config), algorithm_class("impala"))
-    run_dir.mkdir()
+    # An untrained policy is near uniform, but how near depends on its initial weights: the
+    # helper's fixed draw keeps the entropy and top probability inside the ranges below.
+    run_dir, model, cfg = _cartpole_run_dir(tmp_path)
     checkpoint.save(run_dir / "checkpoint.pt", model, None, {"frames": 321, "updates": 2},
                     cfg.to_dict())
-    (run_dir / "meta.json").write_text(json.dumps({"flags": flags}))
     out = subprocess.run([sys.executable, "sandbox/policy_sharpness.py",
                           f"--run_dir={run_dir}", "--episodes=2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
