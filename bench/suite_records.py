@@ -18,6 +18,7 @@ import common
 import pandas as pd
 
 from impala.logs import EPISODE_COLUMNS
+from results.columns import frame_columns
 from results.scores import iteration_means, return_cell
 
 STATE_FILES = ("checkpoint.pt", "logs.csv", "episodes-0.csv", "meta.json")
@@ -188,7 +189,7 @@ def record_row(run: SuiteRun, extra: list[str]) -> None:
     row = {"id": run.run_id, "algorithm": run.algorithm, "level": run.level,
            "seed": run.seed, "machine": common.machine_name(), "commit": record["commit"],
            "preset": meta(run.run_dir).get("flags", {}).get("preset", ""), "flags": flags,
-           "resumes": record["resumes"], "last_episode_frames": int(episodes["frames"].max()),
+           "resumes": record["resumes"], **frame_columns(episodes, run.level),
            "figure": TRIAL_GROUP if run.trial else GROUP, "note": note}
     append_row(run.results / "runs.csv", row)
     shutil.rmtree(run.state_dir, ignore_errors=True)  # the row and episodes replace it

@@ -6,10 +6,10 @@
   .venv/bin/python results/redraw.py --update   # rewrite the table's computed columns
 
 The frame columns of runs.csv (`last_episode_frames`, `frames_to_minus15`, `frames_to_plus18`,
-`least_exploring_to_plus18`) are computed from each run's episodes: the first frame at which
-the mean return of the last 30 episodes reached the threshold. This script recomputes them
-and refuses a table that disagrees with its own data, so a number typed into the table
-cannot drift from the run; and it refuses pages that no longer match the table.
+`least_exploring_to_plus18`) are computed from each run's episodes by `columns.py`: the first
+frame at which the mean return of the last 30 episodes reached the threshold. This script
+recomputes them and refuses a table that disagrees with its own data, so a number typed into
+the table cannot drift from the run; and it refuses pages that no longer match the table.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 from impala.algorithms.value import LEAST_EXPLORING_EPSILON  # noqa: E402
 from impala.curves import RETURN_WINDOW, overlay  # noqa: E402
 from results import scores  # noqa: E402
+from results.columns import COMPUTED, frame_columns  # noqa: E402
 
 RUNS = HERE / "runs.csv"
 EPISODES = HERE / "episodes"
@@ -36,8 +37,6 @@ README = HERE.parent / "README.md"
 # the README's lines between these two are the suite's table, written here
 TABLE_MARKS = ("<!-- the suite's table: written by `make results` -->",
                "<!-- end of the suite's table -->")
-THRESHOLDS = {"frames_to_minus15": -15.0, "frames_to_plus18": 18.0}
-COMPUTED = ("last_episode_frames", *THRESHOLDS, "least_exploring_to_plus18")
 
 # figure group -> the page that shows it and its title there
 GROUPS = {
@@ -84,14 +83,6 @@ def episodes_path(run_id: str) -> Path:
     return EPISODES / f"{run_id}.csv"
 
 
-def first_frame_at(episodes: pd.DataFrame, threshold: float) -> int | None:
-    """The frame of the first episode at which the mean of the last RETURN_WINDOW returns
-    reached `threshold`; None if it never did."""
-    mean = episodes["episode_return"].rolling(RETURN_WINDOW).mean()
-    reached = episodes["frames"][mean >= threshold]
-    return int(reached.iloc[0]) if len(reached) else None
-
-
 def read_episodes(run_id: str) -> pd.DataFrame:
     path = episodes_path(run_id)
     if not path.exists():
@@ -101,17 +92,7 @@ def read_episodes(run_id: str) -> pd.DataFrame:
 
 def computed_columns(run_id: str, level: str) -> dict[str, int | None]:
     """The frame columns from a run's episodes; the Pong thresholds only for Pong."""
-    episodes = read_episodes(run_id)
-    values: dict[str, int | None] = {"last_episode_frames": int(episodes["frames"].iloc[-1])}
-    pong = scores.game_of(level) == "Pong"
-    for column, threshold in THRESHOLDS.items():
-        values[column] = first_frame_at(episodes, threshold) if pong else None
-    values["least_exploring_to_plus18"] = None
-    if "epsilon" in episodes and pong:
-        least = episodes[episodes["epsilon"] <= LEAST_EXPLORING_EPSILON]
-        values["least_exploring_to_plus18"] = first_frame_at(least.reset_index(drop=True),
-                                                           THRESHOLDS["frames_to_plus18"])
-    return values
+    return frame_columns(read_episodes(run_id), level)
 
 
 def read_runs() -> pd.DataFrame:

@@ -12,7 +12,9 @@ import pandas as pd
 from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from suite_records import SuiteRun, iteration_line  # noqa: E402
+from suite_records import SuiteRun, iteration_line, record_row  # noqa: E402
+
+from results import redraw  # noqa: E402
 
 
 def write_episodes(path, frames: list[int], returns: list[float]) -> None:
@@ -89,3 +91,23 @@ def test_a_run_that_ended_no_episode_is_not_recorded_and_keeps_its_state(tmp_pat
     assert "Traceback" not in done.stderr
     assert not (run.results / "runs.csv").exists()
     assert (run.state_dir / "checkpoint.pt").read_bytes() == b"the state a resume needs"
+
+
+def test_a_recorded_pong_row_carries_its_threshold_frames_and_passes_the_tables_check(
+        tmp_path, monkeypatch):
+    """The suite writes the columns `results/redraw.py --check` recomputes from the
+    episodes: a Pong row that reached -15 must say where, or `make results` refuses it."""
+    run = SuiteRun("Pong", "impala", 1, 100_000, tmp_path / "runs", tmp_path / "results")
+    # 29 games at -21, then games at -14: the mean of the last 30 first meets -15 at the
+    # 26th of those (26 * 7 = 182 points above 30 games at -21 reach the 180 needed; 25 do not)
+    frames = [1_000 * (i + 1) for i in range(80)]
+    returns = [-21.0] * 29 + [-14.0] * 51
+    write_episodes(run.run_dir / "episodes-0.csv", frames, returns)
+    pd.DataFrame({"frames": [50_000, 100_000], "interval_s": [1.0, 1.0]}).to_csv(
+        run.run_dir / "logs.csv", index=False)
+    record_row(run, [])
+    row = pd.read_csv(run.results / "runs.csv").iloc[0]
+    assert row["frames_to_minus15"] == frames[29 + 25]
+    assert pd.isna(row["frames_to_plus18"]) and row["last_episode_frames"] == 80_000
+    monkeypatch.setattr(redraw, "EPISODES", run.results / "episodes")
+    assert redraw.disagreements(pd.read_csv(run.results / "runs.csv")) == []
