@@ -30,7 +30,7 @@ algorithm. This module imports no torch at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -72,6 +72,9 @@ class Head:
     name: str
     per_action: bool  # one output per action ([T, B, A]), else one per step ([T, B])
     init_gain: float = 1.0  # orthogonal gain, where the agent initialises its heads
+    # PopArt (impala/popart.py): a one-output head of normalized values with the statistics
+    # of their targets
+    normalized: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,9 +160,11 @@ class Learning:
         """Called on every rank before each update's loss, with the run's frames over all
         ranks: for what a loss schedules on frames (after a resume as well)."""
 
-    def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
+    def after_update(self, model: Agent, frames_before: int, frames_after: int,
+                     allreduce_sum: Callable[[np.ndarray], np.ndarray]) -> None:
         """Called on every rank after each update, with the run's frames (over all ranks,
-        so every rank sees the same numbers) before and after it."""
+        so every rank sees the same numbers) before and after it. `allreduce_sum` sums an
+        array over the ranks, for statistics every rank must then hold alike."""
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Tensors of its own that every rank must hold identically (a target network):

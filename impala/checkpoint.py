@@ -8,6 +8,7 @@ saying which.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from impala.popart import ScaledHead
 from impala.weights import non_finite
+
+log = logging.getLogger("checkpoint")
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = "impala-mlma/1"
@@ -94,10 +98,32 @@ def restore_model(model: nn.Module, state: dict[str, Any], path: Path,
     weights = state["model"]
     if old_head_names and not any(key.startswith("heads.") for key in weights):
         weights = renamed_old_heads(weights, old_head_names)
+    weights = with_fresh_statistics(model, weights, path)
     try:
         model.load_state_dict(weights)
     except (RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path}: model weights do not fit this agent: {exc}") from None
+
+
+def with_fresh_statistics(model: nn.Module, weights: dict[str, torch.Tensor], path: Path
+                          ) -> dict[str, torch.Tensor]:
+    """Weights saved without PopArt loaded into a model with it: each scaled head gets
+    statistics of sigma 1 and mu 0, under which its values are the saved head's (the run
+    goes on from the checkpoint with normalization from there on). The other way round is
+    refused by name: a scaled head's outputs mean nothing without its statistics."""
+    weights = dict(weights)
+    for name, module in model.named_modules():
+        if isinstance(module, ScaledHead) and f"{name}.mean_square" not in weights:
+            log.info("%s: no PopArt statistics for %s; starting them at mu 0, sigma 1",
+                     path, name)
+            weights[f"{name}.mean"] = torch.zeros(())
+            weights[f"{name}.mean_square"] = torch.ones(())
+        elif not isinstance(module, ScaledHead) and isinstance(module, nn.Linear) and (
+                f"{name}.mean_square" in weights):
+            raise CheckpointError(f"{path} was trained with --value_normalization=popart (its "
+                                  f"head {name} holds normalized values): resume it with that "
+                                  "flag")
+    return weights
 
 
 def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,

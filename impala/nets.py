@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from impala.algorithm import Head
+from impala.popart import ScaledHead
 from impala.torsos import ResNetTorso, flat_size, mlp_torso, nature_convs
 
 if TYPE_CHECKING:  # annotations only: the agents need no gymnasium
@@ -82,9 +83,15 @@ class Agent(nn.Module):
                 + (", bfloat16 torso" if self.bf16_torso else ""))
 
     def _build_heads(self, core_output_size: int) -> None:
-        self.heads = nn.ModuleDict({
-            head.name: nn.Linear(core_output_size, self.num_actions if head.per_action else 1)
-            for head in self.head_specs})
+        self.heads = nn.ModuleDict({head.name: self._head(head, core_output_size)
+                                    for head in self.head_specs})
+
+    def _head(self, spec: Head, core_output_size: int) -> nn.Linear:
+        if spec.normalized:
+            if spec.per_action:
+                raise ValueError(f"head {spec.name!r}: PopArt normalizes a one-output head")
+            return ScaledHead(core_output_size)
+        return nn.Linear(core_output_size, self.num_actions if spec.per_action else 1)
 
     def forward(
         self,

@@ -77,7 +77,8 @@ def encode(kind: str, sender: str, arrays: Mapping[str, np.ndarray] | None = Non
     fields = []
     buffers = []
     for name, array in arrays.items():
-        array = np.ascontiguousarray(array)
+        # np.require keeps a 0-dim array 0-dim (ascontiguousarray would make it [1])
+        array = np.require(array, requirements="C")
         fields.append([name, array.dtype.name, list(array.shape)])
         buffers.append(memoryview(array).cast("B"))
     header = {"format": FORMAT_VERSION, "kind": kind, "sender": sender,

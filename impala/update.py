@@ -127,7 +127,8 @@ class Update:
                                 self.learning, s.max_grad_norm, self.phase)
             skipped = skipped or result.skipped
         with self.phase("after update"):
-            self.learning.after_update(self.model, frames_before, frames_after)
+            self.learning.after_update(self.model, frames_before, frames_after,
+                                       self.backend.allreduce_sum)
         with self.phase("statistics"):
             stats, errors = self._read_statistics(result, skipped, learning_rate,
                                                   with_errors=part is not None)

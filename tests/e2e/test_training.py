@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+import torch
 
 from impala.algorithms.impala import Impala
 from impala.flags import parse_config
@@ -59,9 +60,10 @@ class CartPoleRun(NamedTuple):
     stderr: str
 
 
-def cartpole_with_the_defaults(logdir: Path) -> CartPoleRun:
-    """One `--job_name=local` CartPole run with no flag but the level and the agent."""
-    result = run(["--job_name=local", *CARTPOLE_FLAGS, f"--logdir={logdir}",
+def cartpole_with_the_defaults(logdir: Path, extra: tuple[str, ...] = ()) -> CartPoleRun:
+    """One `--job_name=local` CartPole run with no flag but the level, the agent and
+    `extra`."""
+    result = run(["--job_name=local", *CARTPOLE_FLAGS, *extra, f"--logdir={logdir}",
                   f"--learner_host=127.0.0.1:{free_port()}"], timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = logdir / RUN
@@ -106,6 +108,20 @@ def test_cartpole_is_learned_within_the_frame_budget_with_the_defaults(tmp_path)
     assert os.environ["PATH"] not in json.dumps(meta)  # the environment is never stored
     assert (run_dir / "checkpoint.pt").exists()
     assert "frames" in result.stderr and "ETA" in result.stderr  # the status line
+
+
+def test_cartpole_is_learned_with_popart_value_normalization(tmp_path):
+    """The classic preset with --value_normalization=popart learns CartPole within the
+    same budget, with the statistics grown from mu 0, sigma 1 towards CartPole's values
+    (1 a step, discounted over hundreds of steps)."""
+    result = cartpole_with_the_defaults(tmp_path, ("--value_normalization=popart",))
+    assert result.final_mean >= CARTPOLE_LEARNED, (
+        f"mean return of the last 100 episodes {result.final_mean:.1f} at the end of "
+        f"{CARTPOLE_BUDGET} frames")
+    weights = torch.load(result.run_dir / "checkpoint.pt", weights_only=False)["model"]
+    mean, mean_square = (float(weights[f"heads.baseline.{name}"])
+                         for name in ("mean", "mean_square"))
+    assert mean > 3 and mean_square - mean**2 > 9
 
 
 # DelayedCue's budget fails a learner that learns half as fast: the defaults reached 9 of 10

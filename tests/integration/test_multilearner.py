@@ -264,7 +264,6 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_two_apex_learners_agree_on_their_target_networks_and_optimizer_state(tmp_path):
     """Ape-X keeps a target network that each rank copies on its own, by the run's frames,
     and replay of its own: the gradient allreduce alone would keep the online weights equal
@@ -279,6 +278,25 @@ def test_two_apex_learners_agree_on_their_target_networks_and_optimizer_state(tm
     # The target was copied several times over the rows compared (every 1,600 frames).
     assert merged["frames_0"].iloc[-1] - merged["frames_0"].iloc[0] > 5 * 1600
     assert merged["state_digest_0"].nunique() == len(merged)  # it changes as they train
+
+
+@pytest.mark.slow
+def test_two_popart_learners_move_their_value_statistics_together(tmp_path):
+    """PopArt's statistics follow each rank's own value targets, which differ between the
+    ranks; they are moved by the mean of both ranks' moments, so the heads' weights and
+    statistics stay equal to the last bit (the state digest covers buffers) as they move
+    away from the starting mu 0, sigma 1."""
+    cluster = Cluster(tmp_path, "horovod", 40_000,
+                      ["--value_normalization=popart", "--popart_step=0.01",
+                       "--log_interval_s=0.2"])
+    cluster.start()
+    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    merged = assert_ranks_in_sync(cluster.run_dir)
+    assert merged["state_digest_0"].nunique() > 5
+    weights = torch.load(cluster.run_dir / "checkpoint.pt", weights_only=False)["model"]
+    mean, mean_square = (float(weights[f"heads.baseline.{name}"])
+                         for name in ("mean", "mean_square"))
+    assert mean > 1 and mean_square - mean**2 > 1  # CartPole's values: 1 a step, for tens
 
 
 def test_a_dead_rank_does_not_hang_the_others(tmp_path):

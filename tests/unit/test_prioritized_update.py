@@ -34,8 +34,9 @@ class Recording(Learning):
                           result.column_errors.detach().numpy().copy()))
         return result
 
-    def after_update(self, model, frames_before: int, frames_after: int) -> None:
-        self.inner.after_update(model, frames_before, frames_after)
+    def after_update(self, model, frames_before: int, frames_after: int,
+                     allreduce_sum) -> None:
+        self.inner.after_update(model, frames_before, frames_after, allreduce_sum)
 
 
 def test_replayed_columns_carry_their_importance_weights_and_get_their_errors_as_priorities():

@@ -26,6 +26,18 @@ def test_round_trip():
     np.testing.assert_array_equal(message.arrays["reward"], good_arrays()["reward"])
 
 
+def test_a_zero_dim_array_keeps_its_shape():
+    """A 0-dim state entry (PopArt's statistics) arrives as the schema's () and a non
+    contiguous array as its own values."""
+    schemas = {"weights": {"mean": FieldSpec("float32", ()),
+                           "weight": FieldSpec("float32", (2, 3))}}
+    arrays = {"mean": np.array(2.5, dtype=np.float32),
+              "weight": np.arange(6, dtype=np.float32).reshape(3, 2).T}
+    message = decode([bytes(f) for f in encode("weights", "learner", arrays)], schemas, LIMIT)
+    assert message.arrays["mean"].shape == () and message.arrays["mean"] == 2.5
+    np.testing.assert_array_equal(message.arrays["weight"], arrays["weight"])
+
+
 def test_message_without_arrays():
     message = decode([bytes(f) for f in encode("weights_request", "a", version=2)], SCHEMAS,
                      LIMIT)

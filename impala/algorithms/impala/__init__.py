@@ -8,6 +8,7 @@ and learns; `loss.py`, the loss terms; `vtrace.py`, the off-policy targets.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,13 @@ class ImpalaFlags:
     trust_region_threshold: float = flag(0.0, "LASER's trust region: replayed steps whose "
                                          "KL(learner policy || behaviour policy) exceeds "
                                          "this many nats are left out of the loss (0: off)")
+    value_normalization: str = flag("off", "popart: the baseline head learns values "
+                                    "normalized by running statistics of their targets, and "
+                                    "the losses see targets and advantages in those units "
+                                    "(PopArt, impala/popart.py); off: raw values",
+                                    choices=("off", "popart"))
+    popart_step: float = flag(0.0003, "with --value_normalization=popart: the step of the "
+                              "targets' running mean and mean square per update (beta)")
 
 
 ATARI = Preset(
@@ -82,6 +90,12 @@ class Impala(Algorithm):
     old_head_names = {"policy": POLICY, "baseline": BASELINE}
     behaviour = "impala.algorithms.impala.behaviour:ImpalaBehaviour"
 
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        if self.flags.value_normalization == "popart":
+            policy, baseline = type(self).heads
+            self.heads = (policy, dataclasses.replace(baseline, normalized=True))
+
     @classmethod
     def problems(cls, cfg: Config):
         if not cfg.algorithm_flags.trust_region_threshold >= 0:
@@ -93,6 +107,8 @@ class Impala(Algorithm):
                    f"entropy), got {s.entropy_floor}")
         if s.entropy_floor_frames < 0:
             yield f"--entropy_floor_frames must be >= 0, got {s.entropy_floor_frames}"
+        if not 0 < s.popart_step < 1:
+            yield f"--popart_step must be in (0, 1), got {s.popart_step}"
         if s.entropy_floor_frames and not s.entropy_floor < s.entropy_floor_start <= 1:
             yield (f"--entropy_floor_start must be above --entropy_floor ({s.entropy_floor}) "
                    f"and at most 1 when --entropy_floor_frames is set, got "

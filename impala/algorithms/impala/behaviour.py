@@ -4,6 +4,7 @@ replayed columns of a batch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -38,7 +39,8 @@ class ImpalaBehaviour(Behaviour):
                                   cfg.reward_clipping, s.trust_region_threshold,
                                   s.entropy_floor)
         floor = FloorSchedule(s.entropy_floor, s.entropy_floor_start, s.entropy_floor_frames)
-        return ImpalaLearning(config, floor)
+        popart_step = s.popart_step if s.value_normalization == "popart" else 0.0
+        return ImpalaLearning(config, floor, popart_step)
 
     def evaluation_action(self, heads: dict[str, torch.Tensor]) -> torch.Tensor:
         return sample_actions(heads[POLICY])  # sampled, as the paper evaluates
@@ -51,9 +53,15 @@ class SampleFromPolicy(Exploration):
 
 
 class ImpalaLearning(Learning):
-    def __init__(self, config: ImpalaLossConfig,
-                 floor: FloorSchedule | None = None) -> None:
+    """The V-trace loss of each batch; with a `popart_step` (PopArt's beta, 0: off) the
+    model's baseline head is a `ScaledHead`, whose statistics follow the value targets of
+    every rank's batches after each update."""
+
+    def __init__(self, config: ImpalaLossConfig, floor: FloorSchedule | None = None,
+                 popart_step: float = 0.0) -> None:
         self.config, self.floor = config, floor or FloorSchedule(config.entropy_floor)
+        self.popart_step = popart_step
+        self.target_moments: torch.Tensor | None = None  # [2] of the last loss's targets
 
     def before_update(self, frames_before: int) -> None:
         self.config = replace(self.config, entropy_floor=self.floor.at(frames_before))
@@ -62,12 +70,15 @@ class ImpalaLearning(Learning):
              core_state: tuple[torch.Tensor, ...]) -> LossResult:
         output, _ = model(batch[OBSERVATION], batch[LAST_ACTION], batch[REWARD], batch[DONE],
                           core_state)
+        value_scale = model.heads[BASELINE].scale() if self.popart_step else None
         stats = impala_loss(
             target_logits=output.heads[POLICY], baseline=output.heads[BASELINE],
             behavior_logits=batch[POLICY], actions=batch[ACTION], rewards=batch[REWARD],
             done=batch[DONE], config=self.config,
             column_weights=batch.get(IMPORTANCE_WEIGHT), replayed=batch.get(REPLAYED),
+            value_scale=value_scale,
         )
+        self.target_moments = stats.target_moments
         scalars = {"pg_loss": stats.pg_loss, "baseline_loss": stats.baseline_loss,
                    "entropy": stats.entropy, "entropy_bonus_on": stats.entropy_bonus_on,
                    "policy_kl": stats.policy_kl,
@@ -75,3 +86,13 @@ class ImpalaLearning(Learning):
                    "trust_region_masked": stats.trust_region_masked}
         return LossResult(stats.total_loss, scalars, stats.unroll_errors,
                           output.features.detach())
+
+    def after_update(self, model: Agent, frames_before: int, frames_after: int,
+                     allreduce_sum: Callable[[np.ndarray], np.ndarray]) -> None:
+        """PopArt: every rank moves its statistics by the mean of all ranks' batches (the
+        ranks' heads stay identical, as their weights do)."""
+        if not self.popart_step or self.target_moments is None:
+            return
+        moments = np.append(self.target_moments.cpu().double().numpy(), 1.0)
+        mean, mean_square, ranks = allreduce_sum(moments)
+        model.heads[BASELINE].track(mean / ranks, mean_square / ranks, self.popart_step)

@@ -89,6 +89,8 @@ class LossStats(NamedTuple):
     rho_clipped: torch.Tensor  # share of fresh steps whose importance weight was clipped at 1
     trust_region_masked: torch.Tensor  # share of replayed steps left out by the trust region
     unroll_errors: torch.Tensor  # [B] mean |v_s - V(x_s)| over each unroll's T steps
+    # [2] the mean of the value targets v_s and of their squares: what PopArt tracks
+    target_moments: torch.Tensor
 
 
 def impala_loss(
@@ -101,6 +103,7 @@ def impala_loss(
     config: ImpalaLossConfig,
     column_weights: torch.Tensor | None = None,
     replayed: torch.Tensor | None = None,
+    value_scale: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> LossStats:
     """The IMPALA loss over a batch of T+1-step unrolls, fresh and (LASER) replayed.
 
@@ -118,7 +121,14 @@ def impala_loss(
         entropy, KL and clipping shares, which describe the fresh data as without replay.
         The bonus is weighted by B / (fresh unrolls) so that it keeps its on-policy
         strength against the policy gradient, which sums over all B columns.
+      value_scale: PopArt's (mu, sigma), 0-dim: `baseline` is then the normalized output
+        n(x), the value is sigma * n(x) + mu, and the baseline loss and the advantages are
+        measured in units of sigma (impala/popart.py).
     """
+    normalized = baseline
+    if value_scale is not None:
+        mean, sigma = value_scale
+        baseline = sigma * baseline + mean
     bootstrap_value = baseline[-1]
     target_logits, baseline = target_logits[:-1], baseline[:-1]
     behavior_logits, actions = behavior_logits[:-1], actions[:-1]
@@ -151,9 +161,13 @@ def impala_loss(
             step_weights = step_weights * (~outside).to(step_weights.dtype)
             replayed_steps = replayed.sum() * len(actions)
             masked_share = outside.sum() / replayed_steps.clamp(min=1)
-    pg = policy_gradient_loss(target_logits, actions, returns.pg_advantages * step_weights)
     errors = returns.vs - baseline
-    value = baseline_loss(errors * step_weights.sqrt())
+    advantages, scaled_errors = returns.pg_advantages, errors
+    if value_scale is not None:
+        advantages = advantages / sigma
+        scaled_errors = (returns.vs - mean) / sigma - normalized[:-1]
+    pg = policy_gradient_loss(target_logits, actions, advantages * step_weights)
+    value = baseline_loss(scaled_errors * step_weights.sqrt())
     neg_entropy = entropy_loss(target_logits, fresh)
     fresh_steps = fresh.sum() * len(actions)
     # The fresh steps' entropy stands for every step's: summed over fresh steps only, the
@@ -174,6 +188,7 @@ def impala_loss(
         rho_clipped=column_mean((returns.log_rhos > 0).to(fresh.dtype), fresh),
         trust_region_masked=masked_share,
         unroll_errors=errors.detach().abs().mean(dim=0),
+        target_moments=torch.stack([returns.vs.mean(), returns.vs.square().mean()]).detach(),
     )
 
 

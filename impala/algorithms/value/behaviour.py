@@ -5,6 +5,7 @@ trains the online one on n-step double-Q targets (qlearning.py)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -159,7 +160,8 @@ class ValueLearning(Learning):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {f"target.{name}": value for name, value in self.target.state_dict().items()}
 
-    def after_update(self, model: Agent, frames_before: int, frames_after: int) -> None:
+    def after_update(self, model: Agent, frames_before: int, frames_after: int,
+                     allreduce_sum: Callable[[np.ndarray], np.ndarray]) -> None:
         period = self.config.target_update_frames
         if frames_after // period > frames_before // period:
             self.target.load_state_dict(model.state_dict())
