@@ -122,6 +122,9 @@ def test_cartpole_is_learned_with_popart_value_normalization(tmp_path):
     mean, mean_square = (float(weights[f"heads.baseline.{name}"])
                          for name in ("mean", "mean_square"))
     assert mean > 3 and mean_square - mean**2 > 9
+    logs = read_csv(result.run_dir / "logs.csv")  # the statistics are logged as they move
+    assert logs["value_sigma"].iloc[0] < logs["value_sigma"].iloc[-1] > 3
+    assert logs["value_mean"].iloc[-1] > 3
 
 
 # DelayedCue's budget fails a learner that learns half as fast: the defaults reached 9 of 10

@@ -95,6 +95,7 @@ class Impala(Algorithm):
         if self.flags.value_normalization == "popart":
             policy, baseline = type(self).heads
             self.heads = (policy, dataclasses.replace(baseline, normalized=True))
+            self.log_scalars = (*type(self).log_scalars, "value_mean", "value_sigma")
 
     @classmethod
     def problems(cls, cfg: Config):

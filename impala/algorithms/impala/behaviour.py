@@ -84,6 +84,8 @@ class ImpalaLearning(Learning):
                    "policy_kl": stats.policy_kl,
                    "rho_clipped": stats.rho_clipped,
                    "trust_region_masked": stats.trust_region_masked}
+        if value_scale is not None:  # PopArt's mu and sigma, in the units of the rewards
+            scalars["value_mean"], scalars["value_sigma"] = value_scale
         return LossResult(stats.total_loss, scalars, stats.unroll_errors,
                           output.features.detach())
 
