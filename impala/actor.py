@@ -39,6 +39,14 @@ log = logging.getLogger("actor")
 SEND_TIMEOUT_MS = 1000
 WEIGHTS_REQUEST_TIMEOUT_S = 10.0
 DOWN_REPORT_WAIT_S = 30.0
+# Answers from the (authenticated) learner that fail the checks this many times in a row
+# mean the two build different models, which waiting will not mend.
+REJECTED_ANSWERS_LIMIT = 3
+
+
+class LearnerMismatch(ValueError):
+    """The learner's answers do not fit this actor's model (a ValueError: the command
+    line says so and exits 2, as for other bad input)."""
 
 
 class OrphanWatch(threading.Thread):
@@ -79,6 +87,7 @@ class WeightsClient:
         self.version = -1  # no weights from the learner yet
         self.run_frames = 0  # the run's frames when the newest weights were made
         self.rejected = 0  # answers that failed the wire checks
+        self._rejected_in_a_row = 0
         self._requested_at: float | None = None  # an answer is awaited since then
         self._restart_asked = False  # the learner lost our frame streams (unroll/framestack.py)
 
@@ -115,6 +124,19 @@ class WeightsClient:
                 self.request()
         return True
 
+    def _reject(self, error: WireError) -> None:
+        """Count an answer that failed the checks; LearnerMismatch once
+        REJECTED_ANSWERS_LIMIT come in a row."""
+        self.rejected += 1
+        self._rejected_in_a_row += 1
+        log.warning("%s: ignored a message from the learner: %s", self._name, error)
+        if self._rejected_in_a_row >= REJECTED_ANSWERS_LIMIT:
+            raise LearnerMismatch(
+                f"{self._name}: {self._rejected_in_a_row} answers in a row from the learner "
+                f"did not fit this actor's model ({error}): the learner and this actor build "
+                "different models. Run both from the same code with the same model flags "
+                "(--agent_name, --level_name, --algorithm, --value_normalization, ...)")
+
     def take_restart_request(self) -> bool:
         """Whether the learner asked, since the last call, for the frame streams to start
         again with self-contained unrolls (it lost them: unroll/framestack.py)."""
@@ -129,9 +151,9 @@ class WeightsClient:
         try:
             message = decode(frames, self._schemas, self._max_bytes)
         except WireError as exc:
-            self.rejected += 1
-            log.warning("%s: ignored a message from the learner: %s", self._name, exc)
+            self._reject(exc)
             return True
+        self._rejected_in_a_row = 0
         if message.meta.get("restart_streams") is True:
             self._restart_asked = True
         if message.kind == "weights":

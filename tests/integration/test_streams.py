@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zmq
 
-from impala.actor import Actor, WeightsClient
+from impala.actor import REJECTED_ANSWERS_LIMIT, Actor, LearnerMismatch, WeightsClient
 from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.envs import EnvConfig, create_env
@@ -215,6 +215,36 @@ def test_a_weights_request_waits_for_room_in_a_full_send_queue():
         assert client.request_after_unrolls(threading.Event())
         reader.join(timeout=60)
         assert kinds[-1] == "weights_request" and kinds.count("weights_request") == 1
+    finally:
+        sock.close()
+        router.close()
+
+
+def test_an_actor_whose_model_does_not_fit_the_learners_weights_stops_and_says_why():
+    """A learner whose model differs (another agent, or PopArt's statistics the actor's
+    head lacks) answers with weights the actor's checks refuse. One refused answer is
+    ignored, as a damaged message would be; REJECTED_ANSWERS_LIMIT in a row stop the actor
+    with the field that does not fit, instead of asking for ever while the learner waits."""
+    port = free_port()
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(f"tcp://127.0.0.1:{port}")
+    sock = ActorSocket("127.0.0.1", port, 1 << 24, send_hwm=2)
+    actor_model = create_agent("MLPAgent", (4,), 2, Impala.heads)
+    learner_model = create_agent("MLPAgent", (4,), 3, Impala.heads)  # one more action
+    client = WeightsClient(sock, actor_model, 1 << 24, "actor-0")
+    stop = threading.Event()
+    try:
+        for answer in range(REJECTED_ANSWERS_LIMIT):
+            assert client.request(timeout_ms=2000)
+            identity, _ = router.recv_multipart()
+            router.send_multipart([identity, *encode("weights", "learner",
+                                                     weights_arrays(learner_model), version=1)])
+            if answer < REJECTED_ANSWERS_LIMIT - 1:
+                assert client.await_answer(stop, "learner") and client.version == -1
+        refused = r"heads\.policy_logits\.weight.*same model flags"
+        with pytest.raises(LearnerMismatch, match=refused):
+            client.await_answer(stop, "learner")
     finally:
         sock.close()
         router.close()
