@@ -11,6 +11,7 @@ import torch
 from impala import checkpoint
 from impala.algorithms.impala import Impala, ImpalaFlags
 from impala.algorithms.impala import loss as losses
+from impala.algorithms.impala.behaviour import ImpalaLearning
 from impala.config import Config
 from impala.nets import create_agent
 from impala.popart import ScaledHead
@@ -80,6 +81,19 @@ def test_the_losses_are_the_raw_ones_measured_in_units_of_sigma():
                                   config, value_scale=(torch.tensor(0.0), torch.tensor(1.0)))
     plain = losses.impala_loss(logits, normalized, behaviour, actions, rewards, done, config)
     assert identity.total_loss.item() == pytest.approx(plain.total_loss.item(), rel=1e-6)
+
+
+def test_a_skipped_update_leaves_the_statistics_as_they_were():
+    """A NaN loss on one rank makes every rank skip the update (update.py); the sum of the
+    ranks' target moments is then NaN as well, and the statistics must not take it in."""
+    model = create_agent("MLPAgent", (4,), 2, POPART_HEADS)
+    learning = ImpalaLearning(losses.ImpalaLossConfig(), popart_step=0.1)
+    head = model.heads["baseline"]
+    for moments, expected_mean in [([float("nan"), 4.0], 0.0), ([2.0, 5.0], 0.2)]:
+        learning.target_moments = torch.tensor(moments)
+        learning.after_update(model, 0, 100, lambda values: values)
+        assert float(head.mean) == pytest.approx(expected_mean)
+        assert all(torch.isfinite(p).all() for p in head.parameters())
 
 
 def saved_run(tmp_path, heads, flags=None):

@@ -97,4 +97,7 @@ class ImpalaLearning(Learning):
             return
         moments = np.append(self.target_moments.cpu().double().numpy(), 1.0)
         mean, mean_square, ranks = allreduce_sum(moments)
-        model.heads[BASELINE].track(mean / ranks, mean_square / ranks, self.popart_step)
+        # A non-finite loss on any rank makes the sum non-finite on all: every rank skips
+        # the update and keeps its statistics alike.
+        if np.isfinite([mean, mean_square]).all():
+            model.heads[BASELINE].track(mean / ranks, mean_square / ranks, self.popart_step)
