@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
+from impala import optim
 from impala.algorithm import Algorithm
 from impala.config import Config
 from impala.devices import uses_bf16_torso
 from impala.envs import EnvInfo
 from impala.nets import Agent, build_agent
-from impala.optim import RMSpropTF
 from impala.registry import build_algorithm
 from impala.unroll.layout import UnrollLayout
 
@@ -42,7 +42,8 @@ def assemble(cfg: Config, env: EnvInfo, device: torch.device | None = None,
     return AgentParts(algorithm, model, layout)
 
 
-def build_optimizer(cfg: Config, model: Agent) -> RMSpropTF:
-    """A learner's optimizer: TensorFlow 1's RMSProp with every one of the run's flags."""
-    return RMSpropTF(model.parameters(), lr=cfg.learning_rate, decay=cfg.decay,
-                     momentum=cfg.momentum, epsilon=cfg.epsilon)
+def build_optimizer(cfg: Config, model: Agent) -> torch.optim.Optimizer:
+    """A learner's optimizer (`--optimizer`, TensorFlow 1's RMSProp by default) with every
+    one of the run's optimizer flags."""
+    return optim.build(cfg.optimizer, model.parameters(), lr=cfg.learning_rate,
+                       decay=cfg.decay, momentum=cfg.momentum, epsilon=cfg.epsilon)

@@ -133,7 +133,11 @@ def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
     CheckpointError, naming the file, if it is another run's or does not fit."""
     state = load(path, flags)
     restore_model(model, state, path, old_head_names)
-    if state.get("optimizer"):
+    saved_optimizer = state["flags"].get("optimizer", "rmsprop")
+    if state.get("optimizer") and saved_optimizer != flags.get("optimizer", "rmsprop"):
+        log.warning("%s holds --optimizer=%s's state; --optimizer=%s starts from a fresh state",
+                 path, saved_optimizer, flags.get("optimizer"))
+    elif state.get("optimizer"):
         try:
             optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError, TypeError, RuntimeError) as exc:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from impala.algorithm import flag
+from impala.cores import default_actor_count
 from impala.registry import algorithm_class, default_algorithm
 from impala.rewards import REWARD_CLIPPING_MODES
 from impala.schedules import ReplaySchedule
@@ -28,6 +28,12 @@ if TYPE_CHECKING:  # annotations only: reading flags imports neither torch nor g
 
     from impala.envs import EnvConfig
     from impala.nets import Agent
+
+# --optimizer's choices (impala/optim.py): the paper's RMSProp, or Adam, whose step is set
+# by each weight's own gradient scale, where RMSProp's epsilon of 0.01, larger than most
+# weights' mean square, passes the clipped gradient's scale on to their steps.
+OPTIMIZERS = ("rmsprop", "adam")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -101,9 +107,12 @@ class Config:
                           "num_envs; the frontend sets it)")
     total_envs: int = flag(0, "environments of the whole run (0: num_actors x num_envs; the "
                            "frontend sets it)")
+    optimizer: str = flag("rmsprop", "the learner's optimizer: rmsprop (TensorFlow 1's, as "
+                          "the paper) or adam (--learning_rate and --epsilon are its own)",
+                          OPTIMIZERS)
     decay: float = flag(0.99, "RMSProp decay (alpha)")
     momentum: float = flag(0.0, "RMSProp momentum")
-    epsilon: float = flag(0.01, "RMSProp epsilon")
+    epsilon: float = flag(0.01, "RMSProp's epsilon (inside the square root), or Adam's")
     # --- processes and transport -----------------------------------------------------
     learner_host: str = flag("127.0.0.1:8001", "ip:port the learner binds and its actors "
                              "connect to")
@@ -313,25 +322,6 @@ class Config:
         """Every flag, the algorithm's own among them, by name."""
         return {**{f.name: getattr(self, f.name) for f in shared_fields()},
                 **dataclasses.asdict(self.algorithm_flags)}
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, not the machine's count)."""
-    return len(os.sched_getaffinity(0))
-
-
-def default_actor_count() -> int:
-    """Actors that fill this host's cores beside a learner: one per core but two (the
-    learner's and the rest of the host's), at least two."""
-    return max(2, usable_cores() - 2)
-
-
-def learner_io_threads(flag: int) -> int:
-    """The learner socket's ZeroMQ I/O threads: `flag`, or for 0 one per 8 cores of this
-    host (1 to 4). A learner fed by a host full of actors serves each of them a copy of
-    its weights per unroll set; under CURVE, one I/O thread encrypts ~1 GB/s,
-    about what 8-16 actor cores ask for."""
-    return flag or min(4, max(1, usable_cores() // 8))
 
 
 def shared_fields() -> list[dataclasses.Field]:

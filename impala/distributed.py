@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from impala import optim
+
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK")
 log = logging.getLogger("learner")
 # How long a rank waits in a collective for a peer that is gone (torch backend).
@@ -76,7 +78,7 @@ def average_gradients(model: nn.Module, allreduce_mean: Callable[[torch.Tensor],
 def synced_tensors(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """What rank 0 broadcasts at the start: the model's state and the optimizer's state
     tensors (materialised first, so that every rank has the same tensors to receive into)."""
-    _materialise_optimizer_state(model, optimizer)
+    optim.materialise_state(optimizer, model.parameters())
     state = [value for per_parameter in optimizer.state.values()
              for value in per_parameter.values() if torch.is_tensor(value)]
     return [*model.state_dict().values(), *state]
@@ -167,9 +169,15 @@ class HorovodBackend:
                 tensor.copy_(hvd.broadcast(tensor.cpu(), root_rank=0, name=f"start.{index}"))
             return optimizer
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # made here, else Horovod's broadcast makes it with a step that counts
+        optim.materialise_state(optimizer, model.parameters())
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        return hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                        op=hvd.Average)
+        distributed = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                               op=hvd.Average)
+        # The wrapper is a new optimizer built from the param groups alone: without this
+        # it starts with no state, and a resumed run would lose the checkpoint's.
+        distributed.load_state_dict(optimizer.state_dict())
+        return distributed
 
     def apply_gradients(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                         max_norm: float) -> float:
@@ -288,17 +296,6 @@ def process_group_backend(device: torch.device) -> str:
     nccl for the gradients and gloo for the counters, which stay in host memory (an
     nccl-only group refuses a CPU tensor)."""
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-
-
-def _materialise_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Give a fresh optimizer its state tensors (a zero-gradient step leaves RMSProp's
-    parameters unchanged) so every rank has the same tensors to receive a broadcast into."""
-    if optimizer.state:
-        return
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
 
 
 Backend = SingleLearner | HorovodBackend | TorchDistributedBackend

@@ -70,7 +70,7 @@ SECTIONS = {
     "mode": "what runs", "level_name": "environment", "algorithm": "agent and training",
     "replay_ratio": "replay (every algorithm)",
     "first_env": "this actor's place among the run's environments",
-    "decay": "optimizer (TensorFlow 1's RMSProp)", "learner_host": "processes and transport",
+    "optimizer": "optimizer", "learner_host": "processes and transport",
     "log_interval_s": "logs and checkpoints",
 }
 

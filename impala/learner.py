@@ -21,7 +21,8 @@ import torch
 
 from impala import auth
 from impala.assembly import assemble, build_optimizer
-from impala.config import Config, learner_io_threads
+from impala.config import Config
+from impala.cores import learner_io_threads
 from impala.counters import Control, IntervalStats, ReturnWindow
 from impala.distributed import Backend, parameter_checksum, state_digest
 from impala.envs import describe_env

@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from impala.config import Config, usable_cores
+from impala.config import Config
+from impala.cores import usable_cores
 from impala.presets import to_argv
 from impala.process import PARENT_PID_VARIABLE, name_os_thread
 from impala.supervision import ACTOR_RESTART_LIMIT, ACTOR_RESTART_WINDOW_S, RestartPolicy

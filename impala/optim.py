@@ -1,4 +1,5 @@
-"""RMSProp as TensorFlow 1 defines it, which is what the IMPALA paper and scalable_agent's
+"""A learner's optimizer (`--optimizer`): torch's Adam, or, by default, RMSProp as
+TensorFlow 1 defines it, which is what the IMPALA paper and scalable_agent's
 `--learning_rate --decay --momentum --epsilon` flags mean.
 
 Per parameter, with gradient g:
@@ -19,6 +20,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import torch
+
+
+def build(name: str, params: Iterable[torch.Tensor], lr: float, decay: float,
+          momentum: float, epsilon: float) -> torch.optim.Optimizer:
+    """The learner's optimizer `name` (one of OPTIMIZERS). Adam takes `lr` and `epsilon`
+    with torch's betas (0.9, 0.999), as Dopamine's Rainbow; `decay` and `momentum` are
+    RMSProp's alone."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, eps=epsilon)
+    if name == "rmsprop":
+        return RMSpropTF(params, lr=lr, decay=decay, momentum=momentum, epsilon=epsilon)
+    raise ValueError(f"--optimizer must be rmsprop or adam, got {name!r}")
 
 
 class RMSpropTF(torch.optim.Optimizer):
@@ -66,3 +79,26 @@ class RMSpropTF(torch.optim.Optimizer):
         torch._foreach_mul_(momenta, group["momentum"])
         torch._foreach_add_(momenta, updates, alpha=group["lr"])
         torch._foreach_sub_(params, momenta)
+
+
+def materialise_state(optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor]
+                      ) -> None:
+    """Give a fresh optimizer the state tensors it creates at its first step, holding what
+    that step would start from, so that every rank has the same tensors to receive rank 0's
+    broadcast into and a fresh run's first step is a single learner's. A zero-gradient step
+    makes them without moving a weight; RMSProp's mean square then goes back to its 1 and
+    Adam's step count to 0 (else its bias correction takes the first step for the second)."""
+    if optimizer.state:
+        return
+    params = list(params)
+    for param in params:
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    for param in params:
+        param.grad = None
+    for state in optimizer.state.values():
+        if "mean_square" in state:
+            state["mean_square"].fill_(1.0)
+        if torch.is_tensor(state.get("step")):
+            state["step"].zero_()
+

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from impala.auth import RunKeys
-from impala.config import Config, learner_io_threads, parse_host_port
+from impala.config import Config, parse_host_port
+from impala.cores import learner_io_threads
 from impala.process import name_os_thread
 from impala.transport import (
     MAX_HEADER_BYTES,

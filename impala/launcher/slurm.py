@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from impala.launcher.cluster import WorkerSpec
 
 # Cores a learner node keeps for its learner (the learner's threads and the rest of the
-# host), as a single host's default actor count does (config.default_actor_count).
+# host), as a single host's default actor count does (cores.default_actor_count).
 LEARNER_CORES = 2
 ACTOR_PORT = 9001  # informational, as in the CSV: actors connect out, they bind nothing
 # scontrol's one-line records: `Key=value` pairs, where a value may hold spaces (OS=...).

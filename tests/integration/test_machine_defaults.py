@@ -14,7 +14,8 @@ import torch
 
 from impala import config, devices
 from impala.algorithms.impala import Impala
-from impala.config import Config, default_actor_count, learner_io_threads
+from impala.config import Config
+from impala.cores import default_actor_count, learner_io_threads
 from impala.devices import resolve_device, use_tf32
 from impala.flags import parse_config
 from impala.nets import create_agent

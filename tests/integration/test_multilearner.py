@@ -239,6 +239,7 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
     assert len(early) and (early["replayed_share"] == 0).all()
     assert logs["replayed_share"].iloc[-1] > 0.5
     saved_frames = last_value(first.run_dir / "learner-0.csv", "frames")
+    saved_digest = read_csv(first.run_dir / "learner-0.csv")["state_digest"].iloc[-1]
     saved_fill = logs["replay_fill"].iloc[-1]
     assert {p.name for p in first.run_dir.glob("replay-*")} == {"replay-0.npz", "replay-1.npz"}
     second = Cluster(tmp_path, "horovod", 60_000, REPLAY)
@@ -248,11 +249,13 @@ def test_two_learners_with_their_own_replay_resume_from_the_same_frame_count_in_
     for rank in (0, 1):
         log = (second.run_dir / f"learner-{rank}.log").read_text()
         starts.append(re.findall(r"rank \d \(pid \d+\) starts at (\d+) frames, (\d+) updates, "
-                                 r"parameter checksum (\S+)", log)[-1])
+                                 r"parameter checksum (\S+), state digest (\w+)", log)[-1])
         assert log.count("replay: 10000 unrolls") == 2  # each run builds its replay at start
         restored.append(re.findall(rf"rank {rank}: restored (\d+) unrolls from \S+replay-"
                                    rf"{rank}.npz", log))
     assert starts[0] == starts[1]  # same frames, updates and parameters on both ranks
+    # and the optimizer's state as saved (Horovod's wrapper once started it afresh)
+    assert starts[0][3] == saved_digest
     assert len(restored[0]) == 1 and restored[0] == restored[1]  # the same fill on both
     resumed = read_csv(second.run_dir / "logs.csv")
     resumed = resumed[resumed["frames"] > saved_frames]
@@ -278,6 +281,24 @@ def test_two_apex_learners_agree_on_their_target_networks_and_optimizer_state(tm
     # The target was copied several times over the rows compared (every 1,600 frames).
     assert merged["frames_0"].iloc[-1] - merged["frames_0"].iloc[0] > 5 * 1600
     assert merged["state_digest_0"].nunique() == len(merged)  # it changes as they train
+
+
+@pytest.mark.slow
+def test_two_adam_learners_hold_the_same_weights_and_adam_state(tmp_path):
+    """--optimizer=adam under Horovod: rank 0's fresh Adam state reaches the other rank
+    before the first step, and each rank's Adam then takes the same steps, so the state
+    digests (weights, Adam's moments and step count) match on every row."""
+    cluster = Cluster(tmp_path, "horovod", 24_000,
+                      ["--optimizer=adam", "--learning_rate=0.0005", "--epsilon=1e-5",
+                       "--log_interval_s=0.2"])
+    cluster.start()
+    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    merged = assert_ranks_in_sync(cluster.run_dir)
+    assert merged["state_digest_0"].nunique() > 5
+    state = torch.load(cluster.run_dir / "checkpoint.pt", weights_only=False)["optimizer"]
+    steps = {float(entry["step"]) for entry in state["state"].values()}
+    updates = last_value(cluster.run_dir / "logs.csv", "updates")
+    assert steps == {updates}  # Adam counted every update and nothing else
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ import torch
 
 from impala import checkpoint
 from impala.algorithms.impala import Impala
+from impala.assembly import build_optimizer
 from impala.config import Config
 from impala.nets import create_agent
 from impala.optim import RMSpropTF
@@ -161,3 +162,46 @@ def test_non_finite_weights_are_never_saved_over_a_good_checkpoint(tmp_path):
         checkpoint.save(path, model, None, {"frames": 2000, "updates": 9},
                         cfg.to_dict())
     assert path.read_bytes() == good
+
+
+def trained_with(tmp_path, optimizer_name: str):
+    """A checkpoint of one step of `--optimizer=<optimizer_name>`, built as a learner's."""
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", optimizer=optimizer_name)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
+    optimizer = build_optimizer(cfg, model)
+    model(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1),
+          torch.zeros(1, 1, dtype=torch.bool))[0].heads["baseline"].sum().backward()
+    optimizer.step()
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, model, optimizer, {"frames": 1000, "updates": 1}, cfg.to_dict())
+    return model, optimizer, path
+
+
+def resumed_with(path, optimizer_name: str):
+    cfg = Config(level_name="CartPole-v1", agent_name="MLPAgent", optimizer=optimizer_name)
+    model = create_agent("MLPAgent", (4,), 2, Impala.heads)
+    optimizer = build_optimizer(cfg, model)
+    checkpoint.resume(path, model, optimizer, cfg.to_dict())
+    return model, optimizer
+
+
+def test_adams_state_resumes_with_the_run(tmp_path):
+    _, saved, path = trained_with(tmp_path, "adam")
+    _, optimizer = resumed_with(path, "adam")
+    assert isinstance(optimizer, torch.optim.Adam)
+    for before, after in zip(saved.state.values(), optimizer.state.values(), strict=True):
+        assert torch.equal(before["exp_avg_sq"], after["exp_avg_sq"])
+
+
+def test_a_run_switched_to_adam_keeps_its_weights_and_starts_adams_state_fresh(tmp_path,
+                                                                               caplog):
+    """RMSProp's mean squares mean nothing to Adam: a checkpoint of the other optimizer
+    branches into the new one with its weights and a fresh optimizer state, and says so."""
+    trained, _, path = trained_with(tmp_path, "rmsprop")
+    model, optimizer = resumed_with(path, "adam")
+    assert all(torch.equal(a, b) for a, b in zip(trained.parameters(), model.parameters(),
+                                                 strict=True))
+    assert not optimizer.state
+    assert "--optimizer=rmsprop's state; --optimizer=adam starts from a fresh" in caplog.text
+    _, optimizer = resumed_with(path, "rmsprop")  # the same optimizer takes its state
+    assert optimizer.state

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from impala.optim import RMSpropTF
+from impala.config import OPTIMIZERS
+from impala.distributed import synced_tensors
+from impala.optim import RMSpropTF, build
 from impala.update import tensor_operations
 
 
@@ -123,3 +125,33 @@ def test_the_operations_of_a_step_do_not_grow_with_the_parameters():
         optimizer.step()  # the state is made on the first step
         return tensor_operations(optimizer.step)
     assert 0 < operations(2) == operations(20)  # 0 would be a profiler that saw nothing
+
+
+def test_adam_is_torchs_with_the_runs_rate_and_epsilon():
+    params = [torch.nn.Parameter(torch.ones(3))]
+    adam = build("adam", params, lr=2.5e-4, decay=0.99, momentum=0.0, epsilon=3e-4)
+    assert type(adam) is torch.optim.Adam
+    assert adam.param_groups[0]["lr"] == 2.5e-4 and adam.param_groups[0]["eps"] == 3e-4
+    assert type(build("rmsprop", params, 0.1, 0.99, 0.0, 0.01)) is RMSpropTF
+    with pytest.raises(ValueError, match="rmsprop or adam, got .sgd."):
+        build("sgd", params, 0.1, 0.99, 0.0, 0.01)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_state_made_for_the_ranks_broadcast_leaves_the_first_step_as_a_single_learners(name):
+    """Before rank 0's broadcast, each rank's fresh optimizer gets its state tensors by a
+    zero-gradient step; that step must not count (Adam's bias correction would take the
+    first real step as the second, a quarter smaller)."""
+    def first_step(prepared: bool) -> torch.Tensor:
+        model = torch.nn.Linear(3, 2)
+        torch.nn.init.constant_(model.weight, 0.5)
+        optimizer = build(name, model.parameters(), lr=0.01, decay=0.99, momentum=0.0,
+                          epsilon=1e-8)
+        if prepared:
+            synced_tensors(model, optimizer)
+        model(torch.ones(4, 3)).sum().backward()
+        optimizer.step()
+        return model.weight.detach().clone()
+
+    assert torch.allclose(first_step(prepared=True), first_step(prepared=False), rtol=0,
+                          atol=0)
