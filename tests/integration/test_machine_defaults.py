@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from impala import config, devices
+from impala import cores as cores_module
+from impala import devices
 from impala.algorithms.impala import Impala
 from impala.config import Config
 from impala.cores import default_actor_count, learner_io_threads
@@ -159,7 +160,7 @@ def test_a_learners_io_threads_grow_with_the_actor_cores_of_its_host(monkeypatch
                                                                       threads):
     """0 (the default): one ZeroMQ I/O thread per 8 cores, 1 to 4: the weights a learner
     serves to a host full of actors need ~one thread's CURVE per 8-16 actor cores."""
-    monkeypatch.setattr(config, "usable_cores", lambda: cores)
+    monkeypatch.setattr(cores_module, "usable_cores", lambda: cores)
     assert learner_io_threads(0) == threads
     assert learner_io_threads(3) == 3  # asked for: as asked
     with pytest.raises(ValueError, match="--learner_io_threads must be in 0..64, got -1"):
