@@ -85,6 +85,11 @@ class Config:
                                    "full --learning_rate before it anneals linearly to 0 at "
                                    "the end of the budget (0: anneal from the start, as the "
                                    "paper; 1: never anneal)")
+    redo_threshold: float = flag(0.0, "ReDo (impala/redo.py): recycle the torso's units whose "
+                                 "mean |activation| is at most this share of their layer's "
+                                 "mean (tau); 0: off")
+    redo_interval_frames: int = flag(16_000, "with --redo_threshold: frames between two "
+                                     "scorings of the units")
     replay_ratio: float = flag(0.0, "replayed unrolls per fresh one in each update (LASER): an "
                                "update trains on the B fresh unrolls plus replay_ratio x B "
                                "from the learner's replay (fractional values alternate "
@@ -221,6 +226,9 @@ class Config:
             yield f"--learning_rate must be >= 0, got {self.learning_rate}"
         if not 0.0 <= self.lr_hold_fraction <= 1.0:
             yield f"--lr_hold_fraction must be in [0, 1], got {self.lr_hold_fraction}"
+        if not 0 <= self.redo_threshold < 1 or self.redo_interval_frames <= 0:
+            yield ("--redo_threshold must be in [0, 1) and --redo_interval_frames > 0, got "
+                   f"{self.redo_threshold} and {self.redo_interval_frames}")
         yield from self._replay_problems()
         try:
             parse_host_port(self.learner_host)

@@ -270,17 +270,24 @@ class TorchDistributedBackend:
         return tensor.numpy()
 
     def shutdown(self, bound_s: float | None = None) -> bool:
-        if self.dist.is_initialized():
-            # Every rank reaches here first: a rank that tore its group down while the
-            # other's gloo threads still talked to it aborted that one ("terminate called
-            # without an active exception", signal 6) in ~1 of 6 two-rank runs here. A
-            # rank that is gone fails the barrier at once (its connections are closed).
-            try:
-                self.dist.barrier()
-            except RuntimeError as error:
-                log.warning("shutting down without the other ranks: %s", error)
+        """With `bound_s` (a clean stop): meet every rank at a barrier, each with its files
+        saved, and return False, leaving the group standing for the process's own end
+        (cli.exit_now). A rank that tore its group down, or ran the interpreter's
+        teardown, while a peer's gloo threads still talked to it aborted ("terminate
+        called without an active exception", signal 6) in CI; no gloo or TCPStore thread
+        is left after destroy_process_group, so the abort lies in that teardown, which a
+        clean stop now skips. Without `bound_s` (an error: the other ranks may be inside
+        another collective), the group is torn down and the error goes on."""
+        if not self.dist.is_initialized():
+            return True
+        if bound_s is None:
             self.dist.destroy_process_group()
-        return True
+            return True
+        try:  # a rank that is gone fails the barrier at once (its connections are closed)
+            self.dist.barrier()
+        except RuntimeError as error:
+            log.warning("shutting down without the other ranks: %s", error)
+        return False
 
 
 def reduces_through_host(device: torch.device | None, horovod_cuda_built: bool) -> bool:

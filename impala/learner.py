@@ -33,6 +33,7 @@ from impala.presets import preset_values
 from impala.process import keep_freed_memory
 from impala.publisher import WeightPublisher
 from impala.receiver import UnrollReceiver, serve
+from impala.redo import Recycler
 from impala.step import TorsoWatch
 from impala.unroll.batches import Batch, BatchQueue
 from impala.unroll.replay import UnrollReplay
@@ -84,10 +85,17 @@ class Learner:
         # After prepare: a target network copies the weights every rank now shares.
         self.update = Update(self.model, self.optimizer, backend,
                              self.algorithm.learning(self.model), self.replay, self.device,
-                             UpdateConfig.of(cfg))
+                             UpdateConfig.of(cfg), recycler=self._recycler())
         log.info("rank %d (pid %d) starts at %d frames, %d updates, parameter checksum %r, "
                  "state digest %s", self.rank, os.getpid(), self.counters.frames,
                  self.counters.updates, parameter_checksum(self.model), self.state_digest())
+
+    def _recycler(self) -> Recycler | None:
+        """ReDo's recycler where --redo_threshold asks for one."""
+        cfg = self.cfg
+        if cfg.redo_threshold <= 0:
+            return None
+        return Recycler(self.model, cfg.redo_threshold, cfg.redo_interval_frames, cfg.seed)
 
     def state_digest(self) -> str:
         """The hash of all this rank must hold as every other rank does."""

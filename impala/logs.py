@@ -39,7 +39,8 @@ LOG_COLUMNS = [
     "time", "frames", "sps", "interval_s", "updates", "episodes", "mean_episode_return",
     "mean_episode_length", "total_loss", "grad_norm", "learning_rate", "policy_lag",
     "queue_depth", "dropped_messages", "unroll_bytes", "stream_restarts", "skipped_updates",
-    "feature_std", "dead_features", "replay_fill", "replayed_share", "replay_age",
+    "feature_std", "dead_features", "dormant_units", "recycled_units", "replay_fill",
+    "replayed_share", "replay_age",
 ]
 # param_checksum: the sum of the parameters, readable; state_digest: a hash of everything the
 # ranks must hold identically (distributed.state_digest). Both equal across ranks at a row.

@@ -77,6 +77,20 @@ class Agent(nn.Module):
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def torso_chain(self) -> list[nn.Module] | None:
+        """The torso as a chain of modules in forward order, each convolution or linear
+        layer followed by its activation (what impala/redo.py recycles); None where the
+        torso is not such a chain (a residual network)."""
+        return None
+
+    def feature_readers(self) -> list[torch.Tensor]:
+        """The weights [out, in] that read the torso's features, as the first columns of
+        their input: the LSTM's input weights, or else every head's."""
+        lstm = getattr(self, "lstm", None)
+        if lstm is not None:
+            return [lstm.weight_ih_l0]
+        return [self.heads[spec.name].weight for spec in self.head_specs]
+
     def activation_note(self) -> str:
         """How this agent's torso runs, for a log line: '' for float32 in the default layout."""
         return ((", channels-last activations" if self.channels_last else "")
@@ -146,6 +160,9 @@ class MLPAgent(Agent):
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp(x.flatten(1))
 
+    def torso_chain(self) -> list[nn.Module]:
+        return list(self.mlp)
+
 
 class SimpleConvNetAgent(Agent):
     """Nature-DQN convolutions (32x8s4, 64x4s2, 64x3s1) and a fully connected layer of 512."""
@@ -163,6 +180,9 @@ class SimpleConvNetAgent(Agent):
 
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(x))
+
+    def torso_chain(self) -> list[nn.Module]:
+        return [*self.convs, *self.fc]
 
 
 class ResNetAgent(Agent):

@@ -27,6 +27,7 @@ from impala.unroll.replay import UnrollReplay
 
 if TYPE_CHECKING:
     from impala.config import Config
+    from impala.redo import Recycler
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,13 @@ def tensor_operations(call: Callable[[], object]) -> int:
 class Update:
     def __init__(self, model: Agent, optimizer: torch.optim.Optimizer, backend: Backend,
                  learning: Learning, replay: UnrollReplay | None, device: torch.device,
-                 config: UpdateConfig, phases: PhaseTimes | None = None) -> None:
+                 config: UpdateConfig, phases: PhaseTimes | None = None,
+                 recycler: Recycler | None = None) -> None:
         self.model, self.optimizer, self.backend = model, optimizer, backend
         self.learning, self.replay = learning, replay
         self.device, self.config = device, config
         self.phase = phases or untimed
+        self.recycler = recycler  # ReDo (--redo_threshold), or None
 
     def __call__(self, batch: Batch, number: int, frames_before: int,
                  frames_after: int) -> UpdateStats:
@@ -129,9 +132,17 @@ class Update:
         with self.phase("after update"):
             self.learning.after_update(self.model, frames_before, frames_after,
                                        self.backend.allreduce_sum)
+        recycler = self.recycler
+        if recycler is not None and recycler.due(frames_before, frames_after):
+            with self.phase("recycle dormant units"):
+                recycler(tensors["observation"], self.optimizer, frames_after,
+                         self.backend.allreduce_sum)
         with self.phase("statistics"):
             stats, errors = self._read_statistics(result, skipped, learning_rate,
                                                   with_errors=part is not None)
+        if recycler is not None:
+            stats.health |= {"dormant_units": recycler.last_dormant,
+                             "recycled_units": float(recycler.recycled)}
         if part is not None:
             with self.phase("priorities"):
                 self.replay.reprioritize(part, errors)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from impala.cli import SHUTDOWN_BOUND_S, exit_now
 from impala.distributed import HorovodBackend, TorchDistributedBackend
 
 LEARNING_RATE = 0.5
@@ -37,7 +38,8 @@ def main(out_dir: str, mode: str) -> None:
     end = {f"end.{n}": p.detach().numpy().copy() for n, p in model.named_parameters()}
     np.savez(f"{out_dir}/rank-{backend.rank}.npz", norm=np.float64(norm), **init, **start,
              **end)
-    backend.shutdown()
+    if not backend.shutdown(SHUTDOWN_BOUND_S):  # as the learner's clean stop ends
+        exit_now()
 
 
 if __name__ == "__main__":
