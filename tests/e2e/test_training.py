@@ -90,9 +90,11 @@ def test_cartpole_is_learned_within_the_frame_budget_with_the_defaults(tmp_path)
                    "dropped_messages"):
         assert column in logs.columns
     assert "td_error" not in logs.columns  # another algorithm's scalars are not its columns
-    # Empty without episodes or without replay; every other column has a number every row.
+    # Empty without episodes, without replay or without ReDo; every other column has a
+    # number every row.
     numeric = logs.drop(columns=["mean_episode_return", "mean_episode_length", "replay_fill",
-                                 "replayed_share", "replay_age"]).dropna()
+                                 "replayed_share", "replay_age", "dormant_units",
+                                 "recycled_units"]).dropna()
     assert len(numeric) == len(logs)
     assert all(dtype.kind in "if" for dtype in numeric.dtypes), numeric.dtypes
     assert logs["mean_episode_return"].dropna().dtype.kind == "f"

@@ -178,6 +178,16 @@ class Cluster:
         return self.tmp_path / RUN
 
 
+def trained_in_sync(tmp_path, frames: int, extra: list[str]):
+    """Two Horovod learners trained for `frames` with `extra` flags, which must end cleanly
+    with both ranks holding the same state on every row; returns the cluster and the rows
+    of both ranks side by side (helpers.assert_ranks_in_sync)."""
+    cluster = Cluster(tmp_path, "horovod", frames, [*extra, "--log_interval_s=0.2"])
+    cluster.start()
+    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
+    return cluster, assert_ranks_in_sync(cluster.run_dir)
+
+
 def rows_in(path) -> int:
     frame = read_csv(path)
     return 0 if frame is None else len(frame)
@@ -272,12 +282,9 @@ def test_two_apex_learners_agree_on_their_target_networks_and_optimizer_state(tm
     and replay of its own: the gradient allreduce alone would keep the online weights equal
     even if the targets drifted apart, so the ranks' state digests, which cover the target
     network, the optimizer's state and the counters, must match on every row."""
-    cluster = Cluster(tmp_path, "horovod", 24_000,
-                      ["--algorithm=apex", "--target_update_frames=1600", "--replay_ratio=1",
-                       "--log_interval_s=0.2"])
-    cluster.start()
-    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    merged = assert_ranks_in_sync(cluster.run_dir)
+    _, merged = trained_in_sync(tmp_path, 24_000, ["--algorithm=apex",
+                                                   "--target_update_frames=1600",
+                                                   "--replay_ratio=1"])
     # The target was copied several times over the rows compared (every 1,600 frames).
     assert merged["frames_0"].iloc[-1] - merged["frames_0"].iloc[0] > 5 * 1600
     assert merged["state_digest_0"].nunique() == len(merged)  # it changes as they train
@@ -288,12 +295,9 @@ def test_two_adam_learners_hold_the_same_weights_and_adam_state(tmp_path):
     """--optimizer=adam under Horovod: rank 0's fresh Adam state reaches the other rank
     before the first step, and each rank's Adam then takes the same steps, so the state
     digests (weights, Adam's moments and step count) match on every row."""
-    cluster = Cluster(tmp_path, "horovod", 24_000,
-                      ["--optimizer=adam", "--learning_rate=0.0005", "--epsilon=1e-5",
-                       "--log_interval_s=0.2"])
-    cluster.start()
-    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    merged = assert_ranks_in_sync(cluster.run_dir)
+    cluster, merged = trained_in_sync(tmp_path, 24_000, ["--optimizer=adam",
+                                                         "--learning_rate=0.0005",
+                                                         "--epsilon=1e-5"])
     assert merged["state_digest_0"].nunique() > 5
     state = torch.load(cluster.run_dir / "checkpoint.pt", weights_only=False)["optimizer"]
     steps = {float(entry["step"]) for entry in state["state"].values()}
@@ -307,17 +311,26 @@ def test_two_popart_learners_move_their_value_statistics_together(tmp_path):
     ranks; they are moved by the mean of both ranks' moments, so the heads' weights and
     statistics stay equal to the last bit (the state digest covers buffers) as they move
     away from the starting mu 0, sigma 1."""
-    cluster = Cluster(tmp_path, "horovod", 40_000,
-                      ["--value_normalization=popart", "--popart_step=0.01",
-                       "--log_interval_s=0.2"])
-    cluster.start()
-    assert cluster.wait(timeout=300) == 0, (tmp_path / "mpirun.log").read_text()[-3000:]
-    merged = assert_ranks_in_sync(cluster.run_dir)
+    cluster, merged = trained_in_sync(tmp_path, 40_000, ["--value_normalization=popart",
+                                                         "--popart_step=0.01"])
     assert merged["state_digest_0"].nunique() > 5
     weights = torch.load(cluster.run_dir / "checkpoint.pt", weights_only=False)["model"]
     mean, mean_square = (float(weights[f"heads.baseline.{name}"])
                          for name in ("mean", "mean_square"))
     assert mean > 1 and mean_square - mean**2 > 1  # CartPole's values: 1 a step, for tens
+
+
+@pytest.mark.slow
+def test_two_learners_recycle_the_same_units_with_the_same_weights(tmp_path):
+    """ReDo scores the units on each rank's own batch: the scores are summed over the ranks
+    and the new weights drawn from a shared seed, so after every recycling both ranks hold
+    the same weights and optimizer state (the digests on every row). A threshold of half
+    the layer's mean makes every scoring recycle some units."""
+    cluster, merged = trained_in_sync(tmp_path, 24_000, ["--redo_threshold=0.5",
+                                                         "--redo_interval_frames=2000"])
+    logs = read_csv(cluster.run_dir / "logs.csv")
+    assert logs["recycled_units"].iloc[-1] >= 10  # about one scoring per 2,000 frames
+    assert merged["state_digest_0"].nunique() > 5
 
 
 def test_a_dead_rank_does_not_hang_the_others(tmp_path):
