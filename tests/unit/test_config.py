@@ -41,7 +41,8 @@ def test_scalable_agent_flags_exist():
 def test_bad_values_name_the_flag(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_config(["--batch_size=0", "--discounting=1.5", "--learner_host=nohost",
-                      "--target_return=nan", "--target_return_episodes=0"])
+                      "--target_return=nan", "--target_return_episodes=0",
+                      "--redo_threshold=1.5"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--batch_size must be > 0, got 0" in err
@@ -49,6 +50,7 @@ def test_bad_values_name_the_flag(capsys):
     assert "--learner_host: expected ip:port, got 'nohost'" in err
     assert "--target_return must be a number" in err
     assert "--target_return_episodes must be > 0, got 0" in err
+    assert "--redo_threshold must be in [0, 1) and --redo_interval_frames > 0, got 1.5" in err
 
 
 def test_the_vector_backend_for_a_level_it_cannot_serve_is_refused_at_the_command_line(
