@@ -287,9 +287,9 @@ def figure(game: str, runs: pd.DataFrame, episodes_of, out: Path,
                 label=f"{row['id']} ({_tried_flags(row['flags'])})")
     ax.set(title=f"{game} (ALE v5, sticky actions)", xlabel="frames (millions)",
            ylabel="mean return per 1M-frame iteration")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    # below the axes: a game with many trials has more lines than a legend inside can hold
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.16))
+    fig.savefig(out, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return out
 
