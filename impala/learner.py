@@ -95,7 +95,11 @@ class Learner:
         cfg = self.cfg
         if cfg.redo_threshold <= 0:
             return None
-        return Recycler(self.model, cfg.redo_threshold, cfg.redo_interval_frames, cfg.seed)
+        recycler = Recycler(self.model, cfg.redo_threshold, cfg.redo_interval_frames, cfg.seed)
+        log.info("ReDo: every %d frames, the torso's units at or below %g of their layer's "
+                 "mean activity are recycled (%d layers)", cfg.redo_interval_frames,
+                 cfg.redo_threshold, len(recycler.layers))
+        return recycler
 
     def state_digest(self) -> str:
         """The hash of all this rank must hold as every other rank does."""

@@ -88,7 +88,7 @@ def unit_activity(agent: Agent, layers: list[UnitLayer], observation: torch.Tens
 
 def dormant_units(activity: torch.Tensor, threshold: float) -> torch.Tensor:
     """The units [units] (bool) whose score, activity over the layer's mean activity, is at
-    or below `threshold`; none where the whole layer is silent (nothing to compare with)."""
+    or below `threshold`; all of them where the whole layer is silent (every unit is)."""
     mean = activity.mean()
     if mean <= 0:
         return torch.ones_like(activity, dtype=torch.bool)
