@@ -2,9 +2,9 @@
 Reinforcement Learning", ICML 2023): every so many frames, score each unit of the torso by
 its mean absolute activation over a batch, relative to its layer's mean; a unit scoring at
 or below the threshold tau is dormant, and is recycled: its incoming weights drawn again
-from the torso's initialization, its bias zeroed, its outgoing weights zeroed (so the
-network's outputs do not change at the moment of recycling), and the optimizer's state of
-those weights set back to a fresh one.
+from the ReLU torso's orthogonal initialization, its bias zeroed, its outgoing weights
+zeroed (so the network's outputs do not change at the moment of recycling), and the
+optimizer's state of those weights set back to a fresh one.
 
 Why: a ReLU unit whose input is negative on every screen gets no gradient and never comes
 back by itself; the share of such units grows with the updates per frame (the paper's
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from impala.nets import Agent
+from impala.nets import RELU_GAIN, Agent, torso_input
 
 SCORED_FRAMES = 1024  # observations a score averages over (a subsample of the batch)
 
@@ -69,7 +69,7 @@ def unit_activity(agent: Agent, layers: list[UnitLayer], observation: torch.Tens
     `observation` [T, B, *obs] (uint8 frames or floats), as the learner's torso sees them."""
     flat = observation.flatten(0, 1)
     flat = flat[::max(1, math.ceil(len(flat) / SCORED_FRAMES))]
-    x = flat.float().div_(255.0) if flat.dtype == torch.uint8 else flat.float()
+    x = torso_input(flat)
     activity: list[torch.Tensor] = []
 
     def record(_module: nn.Module, _inputs: object, output: torch.Tensor) -> None:
@@ -99,11 +99,12 @@ def dormant_units(activity: torch.Tensor, threshold: float) -> torch.Tensor:
 def recycle(layer: UnitLayer, units: torch.Tensor, optimizer: torch.optim.Optimizer,
             generator: torch.Generator) -> None:
     """Recycle `units` (bool [units]) of `layer`: incoming weights from a fresh orthogonal
-    draw of the whole layer with the torso's gain (nets._init_relu_torso_and_heads), bias
-    0, outgoing weights 0, and the optimizer's state of each of them fresh."""
+    draw of the whole layer with the ReLU torso's gain (nets.RELU_GAIN; an MLP's tanh
+    layers, which start from PyTorch's default, get the same draw), bias 0, outgoing
+    weights 0, and the optimizer's state of each of them fresh."""
     producer = layer.producer
     fresh = torch.empty_like(producer.weight, device="cpu")
-    nn.init.orthogonal_(fresh, gain=math.sqrt(2), generator=generator)
+    nn.init.orthogonal_(fresh, gain=RELU_GAIN, generator=generator)
     index = units.nonzero().flatten().to(producer.weight.device)
     producer.weight[index] = fresh.to(producer.weight.device)[index]
     producer.bias[index] = 0.0
