@@ -26,6 +26,7 @@ PRESETS = {name: dict(preset.values) for name, preset in builtin_presets().items
 # CartPole as a user runs it: the level and the agent; every other setting is the
 # classic preset's (impala/algorithms/impala/).
 CARTPOLE_FLAGS = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--log_interval_s=2"]
+CARTPOLE_RUN = "CartPole-v1_MLPAgent"  # the run directory CARTPOLE_FLAGS name
 
 
 # Ports handed out below the kernel's ephemeral range (32768-60999 by default): a port the
