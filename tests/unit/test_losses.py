@@ -1,10 +1,12 @@
-"""Loss terms and reward clipping on small hand-computed cases."""
+"""Loss terms and reward clipping on small hand-computed cases; LASER's trust region and
+the replay weights in the loss."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from impala.algorithms.impala import loss as losses
 from impala.flags import parse_config
@@ -172,3 +174,90 @@ def test_an_entropy_floor_outside_0_to_1_is_refused_with_the_flag_named(value):
         parse_config(["--level_name=CartPole-v1", f"--entropy_floor={value}"])
     with pytest.raises(ValueError, match=r"--entropy_floor must be in \[0, 1\)"):
         config_from_flags({"level_name": "CartPole-v1", "entropy_floor": float(value)})
+
+
+# ------------------------------------------------------------------ trust region and loss
+def test_the_trust_region_uses_the_kl_of_the_softmax_distributions():
+    behaviour = torch.tensor([[[0.0, 0.0, 0.0]], [[2.0, 0.0, 0.0]]])  # [T=2, B=1, A=3]
+    # Step 0: the same distribution with every logit shifted by 5: KL 0, inside. Raw logits
+    # taken as log-probabilities would give a KL of about 15 here.
+    # Step 1: a different distribution.
+    target = torch.tensor([[[5.0, 5.0, 5.0]], [[-2.0, 0.0, 0.0]]])
+    log_pi = F.log_softmax(target, -1)
+    log_mu = F.log_softmax(behaviour, -1)
+    kl = (log_pi.exp() * (log_pi - log_mu)).sum(-1)  # by hand: [0, ~0.78]
+    assert kl[0, 0] == pytest.approx(0.0, abs=1e-6) and kl[1, 0] > 0.5
+    mask = losses.trust_region_mask(target, behaviour, threshold=0.5)
+    assert mask.tolist() == [[True], [False]]
+    assert losses.trust_region_mask(target, behaviour, float(kl[1, 0]) + 1e-4).all()
+
+
+def loss_inputs(seed: int = 0, T: int = 4, B: int = 3, A: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(T + 1, B, A, generator=g, requires_grad=True)
+    baseline = torch.randn(T + 1, B, generator=g, requires_grad=True)
+    behaviour = torch.randn(T + 1, B, A, generator=g)
+    actions = torch.randint(0, A, (T + 1, B), generator=g)
+    rewards = torch.randn(T + 1, B, generator=g)
+    done = torch.zeros(T + 1, B, dtype=torch.bool)
+    return logits, baseline, behaviour, actions, rewards, done
+
+
+def test_replay_weights_and_mask_scale_each_unroll_and_fresh_data_alone_gives_the_entropy():
+    logits, baseline, behaviour, actions, rewards, done = loss_inputs()
+    settings = losses.ImpalaLossConfig(entropy_cost=0.0, trust_region_threshold=1e-9)
+    replayed = torch.tensor([False, True, True])
+    weights = torch.tensor([1.0, 0.25, 0.5])
+    stats = losses.impala_loss(logits, baseline, behaviour, actions, rewards, done, settings,
+                               column_weights=weights, replayed=replayed)
+    stats.total_loss.backward()
+    # A threshold of ~0 masks every replayed step (random logits differ): only column 0
+    # gets a gradient, and the masked share says all of the replayed steps.
+    assert stats.trust_region_masked == 1.0
+    assert logits.grad[:-1, 1:].abs().sum() == 0 and baseline.grad[:-1, 1:].abs().sum() == 0
+    assert logits.grad[:-1, 0].abs().sum() > 0
+    # Without the mask each column's terms scale with its weight: compare per column with
+    # the unweighted loss of that column alone.
+    plain = losses.ImpalaLossConfig(entropy_cost=0.0)
+    weighted = losses.impala_loss(logits, baseline, behaviour, actions, rewards, done, plain,
+                                  column_weights=weights, replayed=replayed)
+    alone = [losses.impala_loss(logits[:, [b]], baseline[:, [b]], behaviour[:, [b]],
+                                actions[:, [b]], rewards[:, [b]], done[:, [b]], plain)
+             for b in range(3)]
+    expected = float(sum(w * (s.pg_loss + 0.5 * s.baseline_loss)
+                         for w, s in zip(weights.tolist(), alone, strict=True)))
+    assert weighted.total_loss.item() == pytest.approx(expected, rel=1e-5)
+    # Entropy, KL and clipping shares come from the fresh column only.
+    assert weighted.entropy == pytest.approx(float(alone[0].entropy), rel=1e-6)
+    assert weighted.policy_kl == pytest.approx(float(alone[0].policy_kl), rel=1e-6)
+    # Errors per unroll: mean |v_s - V(x_s)| over T, the same with or without weights.
+    np.testing.assert_allclose(weighted.unroll_errors.numpy(),
+                               [s.unroll_errors.item() for s in alone], rtol=1e-5)
+
+
+def test_the_entropy_bonus_of_the_fresh_unrolls_weighs_as_if_over_the_whole_batch():
+    """With one fresh column of three, the bonus is that column's entropy times 3: as
+    strong against the policy gradient (summed over all columns) as without replay."""
+    logits, baseline, behaviour, actions, rewards, done = loss_inputs(seed=2)
+    replayed = torch.tensor([False, True, True])
+
+    def total(entropy_cost: float) -> float:
+        settings = losses.ImpalaLossConfig(entropy_cost=entropy_cost)
+        return losses.impala_loss(logits, baseline, behaviour, actions, rewards, done,
+                                  settings, replayed=replayed).total_loss.item()
+
+    fresh_neg_entropy = losses.entropy_loss(logits[:-1, [0]]).item()
+    assert total(0.5) - total(0.0) == pytest.approx(0.5 * 3 * fresh_neg_entropy, rel=1e-5)
+
+
+def test_without_replay_the_loss_is_unchanged_bit_for_bit():
+    inputs = loss_inputs(seed=1)
+    settings = losses.ImpalaLossConfig()
+    plain = losses.impala_loss(*inputs, settings)
+    all_fresh = losses.impala_loss(*inputs, settings, column_weights=torch.ones(3),
+                                   replayed=torch.zeros(3, dtype=torch.bool))
+    assert plain.total_loss.item() == all_fresh.total_loss.item()
+    assert plain.trust_region_masked == 0.0
+
+
+# ------------------------------------------------------------------------------- flags
