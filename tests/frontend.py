@@ -13,6 +13,8 @@ import libtmux
 from tests.helpers import ROOT
 
 FRONTEND = str(ROOT / "run_experiment_mm_raw.py")
+# The original project's example CSV: two learners and three actors on this host.
+ORIGINAL_CSV = ROOT / "sandbox" / "local_workers_example.csv"
 HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password\n"
 # CartPole small and quick: 4 environments per actor, a batch of 8, one learner thread.
 CARTPOLE = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=8",
