@@ -208,3 +208,14 @@ def assert_stopped_at_the_target(run_dir: Path, target: float, budget: int,
     assert np.isclose(last.mean(), mean, atol=0.006) and mean >= target
     assert frames < budget
     return frames
+
+
+def with_program(command: list[str], program: list[str]) -> list[str]:
+    """An mpirun command line with every rank's learner program (experiment.py and its
+    flags) swapped for `program` (python's arguments)."""
+    command = list(command)
+    position = [i for i, word in enumerate(command) if word == "experiment.py"]
+    for start_index in reversed(position):
+        end = command.index(":", start_index) if ":" in command[start_index:] else len(command)
+        command[start_index:end] = program
+    return command

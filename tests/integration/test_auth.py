@@ -19,6 +19,7 @@ import zmq
 from impala import auth
 from impala.transport import ActorSocket, LearnerSocket
 from tests.helpers import (
+    CARTPOLE_RUN,
     dealer_to,
     free_port,
     last_value,
@@ -29,7 +30,7 @@ from tests.helpers import (
 )
 from tests.wire import unroll
 
-RUN = "CartPole-v1_MLPAgent"
+RUN = CARTPOLE_RUN
 
 
 def test_keys_are_created_once_private_and_kept(tmp_path):

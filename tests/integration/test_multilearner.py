@@ -1,4 +1,5 @@
-"""Several learners under a real mpirun, kept in sync by Horovod or torch.distributed."""
+"""Several learners under a real mpirun, kept in sync by Horovod or torch.distributed. The
+mpirun command itself is `test_mpirun.py`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from impala.distributed import process_group_backend, reduces_through_host
 from impala.launcher.mpi import LearnerLaunch, MpiOptions, mpirun_command
 from tests.helpers import (
     CARTPOLE_FLAGS,
+    CARTPOLE_RUN,
     ROOT,
     assert_ranks_in_sync,
     assert_stopped_at_the_target,
@@ -25,71 +27,15 @@ from tests.helpers import (
     start,
     stop,
     wait_for,
+    with_program,
 )
 from tests.wire import good_arrays, unroll
 
-RUN = "CartPole-v1_MLPAgent"
+RUN = CARTPOLE_RUN
 # Two learners of batch 8 average into one update of 16 unrolls: the single-learner
 # setting, so the single-learner budget applies.
 MULTI_FLAGS = [f for f in CARTPOLE_FLAGS if not f.startswith("--batch_size")] + [
     "--batch_size=8", "--log_interval_s=1", "--learner_threads=1"]
-
-
-def test_mpirun_command_for_learners_on_different_hosts():
-    learners = [
-        LearnerLaunch("10.9.0.1", 8001, "/venv/bin/python", "/srv/impala", "0"),
-        LearnerLaunch("10.9.0.1", 8002, "/venv/bin/python", "/srv/impala", "1"),
-        LearnerLaunch("10.9.0.2", 8001, "/opt/py", "/home/u/impala", ""),
-    ]
-    options = MpiOptions(as_root=True, iface="10.9.0.0/24", ssh_command="ssh -F /tmp/cfg",
-                         master_port=29511, horovod_cycle_time_ms=2.5)
-    command = mpirun_command(learners, ["--level_name=Pong", "--batch_size=32"], options)
-
-    def block(host, wdir, cuda, python, rank, port):
-        return ["-np", "1", "-host", host, "-wdir", wdir,
-                "-x", "PYTHONUNBUFFERED=1", "-x", "MASTER_ADDR=10.9.0.1",
-                "-x", "MASTER_PORT=29511", "-x", f"CUDA_VISIBLE_DEVICES={cuda}",
-                "-x", "HOROVOD_CYCLE_TIME=2.5",
-                python, "experiment.py", "--job_name=learner", f"--task={rank}",
-                f"--learner_host={port}", "--level_name=Pong", "--batch_size=32"]
-
-    assert command == [
-        "mpirun", "--allow-run-as-root", "-H", "10.9.0.1:2,10.9.0.2:1",
-        "-bind-to", "none", "-map-by", "slot", "-mca", "mpi_yield_when_idle", "1",
-        "-mca", "odls_base_sigkill_timeout", "10", "-mca", "plm_rsh_agent", "ssh -F /tmp/cfg",
-        "-mca", "oob_tcp_if_include", "10.9.0.0/24", "-mca", "btl_tcp_if_include",
-        "10.9.0.0/24",
-        *block("10.9.0.1:2", "/srv/impala", "0", "/venv/bin/python", 0, "10.9.0.1:8001"), ":",
-        *block("10.9.0.1:2", "/srv/impala", "1", "/venv/bin/python", 1, "10.9.0.1:8002"), ":",
-        *block("10.9.0.2:1", "/home/u/impala", "", "/opt/py", 2, "10.9.0.2:8001"),
-    ]
-
-
-def test_every_rank_gets_the_variables(tmp_path):
-    """Under a real mpirun: -x reaches every MPMD block, not just the first."""
-    learners = [LearnerLaunch("127.0.0.1", 1, sys.executable, str(ROOT), "7"),
-                LearnerLaunch("127.0.0.1", 2, sys.executable, str(ROOT), "")]
-    command = mpirun_command(learners, [], MpiOptions(master_port=31999))
-    # Each rank writes what it sees to a file: mpirun can lose the output of ranks that
-    # exit at once (this test failed now and then when it read their stdout).
-    probe = ("import os, sys; e = os.environ; open(sys.argv[1] + '/rank-' + "
-             "e['OMPI_COMM_WORLD_RANK'], 'w').write(f\"{e.get('MASTER_PORT')} "
-             "{e.get('CUDA_VISIBLE_DEVICES')!r} {e.get('HOROVOD_CYCLE_TIME')}\")")
-    subprocess.run(with_program(command, ["-c", probe, str(tmp_path)]), capture_output=True,
-                   text=True, timeout=60, check=True)
-    assert (tmp_path / "rank-0").read_text() == "31999 '7' 5"
-    assert (tmp_path / "rank-1").read_text() == "31999 '' 5"
-
-
-def with_program(command: list[str], program: list[str]) -> list[str]:
-    """An mpirun command line with every rank's learner program (experiment.py and its
-    flags) swapped for `program` (python's arguments)."""
-    command = list(command)
-    position = [i for i, word in enumerate(command) if word == "experiment.py"]
-    for start_index in reversed(position):
-        end = command.index(":", start_index) if ":" in command[start_index:] else len(command)
-        command[start_index:end] = program
-    return command
 
 
 def test_a_gpu_learner_reduces_what_its_backend_can_take():
@@ -132,12 +78,6 @@ def test_ranks_start_equal_and_step_on_the_mean_gradient(tmp_path, mode):
     np.testing.assert_allclose(first["end.bias"], first["start.bias"] - 0.5 * mean_bias_grad,
                                rtol=1e-6)
     assert np.isclose(first["norm"], np.sqrt(6 * mean_weight_grad**2 + 2 * mean_bias_grad**2))
-
-
-def test_no_root_flag_for_other_users():
-    command = mpirun_command([LearnerLaunch("a", 1, "p", "/w")], [], MpiOptions(as_root=False))
-    assert "--allow-run-as-root" not in command
-    assert "plm_rsh_agent" not in command and "oob_tcp_if_include" not in command
 
 
 class Cluster:
