@@ -151,7 +151,7 @@ def test_a_run_stopped_between_log_rows_still_logs_its_last_updates(tmp_path):
     updates made, at the frames the final checkpoint holds (it had none before: a run cut
     short by `bench/gpu_session.sh` lost its last minutes of rows)."""
     proc = start_endless_cartpole(tmp_path, free_port(), "--log_interval_s=3600")
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / RUN
     try:
         wait_for(lambda: read_csv(run_dir / "episodes-0.csv") is not None, 60,
                  "the first episodes")
