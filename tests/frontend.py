@@ -19,7 +19,7 @@ HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password
 # CartPole small and quick: 4 environments per actor, a batch of 8, one learner thread.
 CARTPOLE = ["--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=8",
             "--num_envs=4", "--learner_threads=1", "--log_interval_s=1",
-            "--learning_rate=0.003", "--discounting=0.98"]
+            "--learning_rate=0.003", "--discounting=0.98"]  # run directory: CARTPOLE_RUN
 
 
 def frontend(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -67,6 +67,12 @@ def start_endless_cartpole(tmp_path: Path, port: int, *flags: str,
                   f"--learner_host=127.0.0.1:{port}"], tmp_path / "out.log")
 
 
+def wait_for_first_updates(run_dir: Path, timeout: float = 60) -> None:
+    """Wait until the run's learner has logged an update (its logs.csv)."""
+    wait_for(lambda: last_value(run_dir / "logs.csv", "updates") > 0, timeout,
+             f"the first updates in {run_dir}")
+
+
 def run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, EXPERIMENT, *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)

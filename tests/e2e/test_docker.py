@@ -18,7 +18,7 @@ from tests.docker_engine import (
 )
 from tests.faults import foreground_run, pid_in, text_of
 from tests.frontend import CARTPOLE, tmux_has
-from tests.helpers import ROOT, assert_ranks_in_sync, last_value, wait_for
+from tests.helpers import CARTPOLE_RUN, ROOT, assert_ranks_in_sync, last_value, wait_for
 
 # The test's own name, so `make docker` here never replaces a user's `impala-cpu` image.
 IMAGE = "impala-test-cpu"
@@ -83,7 +83,7 @@ def test_a_cluster_of_containers_trains_with_two_learners_in_sync(image, tmp_pat
                  f"--ssh_config={ssh_config}", f"--mpi_iface={net.SUBNET}.0/24",
                  "--total_environment_frames=80000", "--summary_interval_s=2", "--force",
                  *CARTPOLE]
-        run_dir = logdir / "CartPole-v1_MLPAgent"
+        run_dir = logdir / CARTPOLE_RUN
         rank_dirs = [net.local_path(0, run_dir), net.local_path(1, run_dir)]
         actor_pidfile = net.local_path(2, run_dir / "pids" / "actor-0.pid")
         out = tmp_path / "frontend.out"

@@ -24,7 +24,7 @@ from tests.faults import (
     wait_past,
 )
 from tests.frontend import CARTPOLE, HEADER, frontend, processes_mentioning, tmux_has
-from tests.helpers import ROOT, assert_ranks_in_sync, last_value, read_csv, wait_for
+from tests.helpers import CARTPOLE_RUN, ROOT, assert_ranks_in_sync, last_value, read_csv, wait_for
 from tests.netns import SUBNET, NamespaceNetwork, unavailable_reason
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def finish(proc, out_path, tmp_path, session: str, timeout: float = 400) -> str:
 
 def test_a_killed_actor_comes_back_and_takes_the_current_weights(tmp_path):
     session = "impala-test-fault-actor"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     out = tmp_path / "frontend.out"
     flags = flags_of(tmp_path, "learner,localhost,8011,,,,\n"
                      "actor,localhost,9011,,,,\nactor,localhost,9012,,,,\n", session)
@@ -86,7 +86,7 @@ def test_an_actor_that_keeps_crashing_is_left_down_and_its_learner_is_told_why(t
                         "exit 3\n")
     crashing.chmod(0o755)
     session = "impala-test-fault-crashing"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     flags = flags_of(tmp_path, "learner,localhost,8021,,,,\nactor,localhost,9021,,,,\n",
                      session, "--actor_restart_limit=2", "--actor_restart_window_s=120",
                      budget=CRASHING_BUDGET)
@@ -114,7 +114,7 @@ def test_a_killed_learner_rank_restarts_the_group_from_its_checkpoint(tmp_path):
     (frames go on from there, rows written after it are removed), the actors reconnect,
     and the ranks stay bit-identical to the budget."""
     session = "impala-test-fault-learner"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     out = tmp_path / "frontend.out"
     flags = flags_of(tmp_path, "learner,localhost,8031,,,,\nlearner,localhost,8032,,,,\n"
                      "actor,localhost,9031,,,,\nactor,localhost,9032,,,,\n", session)
@@ -141,7 +141,7 @@ def test_a_detached_run_ends_whole_when_its_learners_finish(tmp_path):
     """No frontend follows a detached run: the learners' supervisor stops the actors and
     the tmux session once the learners reach their budget."""
     session = "impala-test-fault-detached"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     flags = flags_of(tmp_path, "learner,localhost,8051,,,,\nactor,localhost,9051,,,,\n",
                      session)
     started = frontend(*flags, "--detach")
@@ -172,7 +172,7 @@ def test_an_actor_host_cut_off_for_30_s_and_one_whose_processes_die(tmp_path, ne
     frames a machine trains during the faults is its speed, not the test's subject."""
     a, b = (h.address for h in network.hosts)
     session = "impala-test-fault-hosts"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     flags = flags_of(tmp_path, f"learner,{SUBNET}.254,8041,,,,\nactor,{a},9041,,,,\n"
                      f"actor,{b},9042,,,,\n", session, f"--ssh_config={network.ssh_config}",
                      budget=UNREACHED_BUDGET)

@@ -24,6 +24,7 @@ from tests.frontend import (
     tmux_has,
 )
 from tests.helpers import (
+    CARTPOLE_RUN,
     ROOT,
     assert_ranks_in_sync,
     dealer_to,
@@ -42,7 +43,7 @@ NETNS_SKIP = unavailable_reason()
 def test_local_cluster_from_the_original_csv(tmp_path):
     """2 learners, 3 actors on this host: panes, training, checkpoint, status, stop."""
     session = "impala-test-local"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     flags = [f"--workers_csv_path={ORIGINAL_CSV}", f"--tmux_sess={session}",
              f"--logdir={tmp_path}", "--total_environment_frames=100000000",
              "--checkpoint_interval_s=2", *CARTPOLE]
@@ -100,7 +101,7 @@ def test_foreground_run_ends_by_itself_at_the_budget(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_in_a_foreground_run_stops_the_whole_run(tmp_path):
     session = "impala-test-ctrl-c"
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     out_path = tmp_path / "frontend.out"
     with open(out_path, "w") as out:
         proc = subprocess.Popen(
@@ -173,7 +174,7 @@ def test_multi_host_cluster_over_ssh(tmp_path, network):
                     f"actor,{c},9001,,,,\nactor,{c},9002,,,,\n")
     session = "impala-test-multihost"
     logdir = network.private_dir / tmp_path.name
-    run_dir = logdir / "CartPole-v1_MLPAgent"  # here; each host has its own copy of it
+    run_dir = logdir / CARTPOLE_RUN  # here; each host has its own copy of it
     flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}", f"--logdir={logdir}",
              f"--ssh_config={network.ssh_config}", f"--mpi_iface={SUBNET}.0/24",
              "--total_environment_frames=100000000", *CARTPOLE, "--algorithm=apex",
@@ -232,7 +233,7 @@ def test_password_login_actor_is_started_and_stopped_through_the_relay(tmp_path,
     path.write_text(HEADER + f"learner,{BRIDGE_ADDRESS},8001,,,,\n"
                     f"actor,{host.address},9001,,,root,{network.password}\n")
     session = "impala-test-password"
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / "runs" / CARTPOLE_RUN
     flags = [f"--workers_csv_path={path}", f"--tmux_sess={session}",
              f"--logdir={tmp_path / 'runs'}", f"--ssh_config={network.ssh_config}",
              "--total_environment_frames=100000000", *CARTPOLE, "--algorithm=apex",

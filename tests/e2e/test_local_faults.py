@@ -28,6 +28,7 @@ from tests.helpers import (
     start_endless_cartpole,
     stop,
     wait_for,
+    wait_for_first_updates,
 )
 
 pytestmark = pytest.mark.slow
@@ -65,7 +66,7 @@ def test_malformed_messages_are_dropped_and_the_learner_keeps_training(tmp_path)
     proc = start_endless_cartpole(tmp_path, port, "--max_message_mb=2")
     logs = tmp_path / RUN / "logs.csv"
     try:
-        wait_for(lambda: last_value(logs, "updates") > 0, 60, "first updates")
+        wait_for_first_updates(tmp_path / RUN)
         header_ok = json.dumps({
             "format": 1, "kind": "unroll", "sender": "attacker", "meta": {},
             "fields": [["observation", "float32", [21, 4]]]}).encode()
@@ -119,7 +120,7 @@ def test_killed_actor_is_restarted_and_the_learner_keeps_going(tmp_path):
     run_dir = tmp_path / RUN
     learner_log = run_dir / "learner-0.log"
     try:
-        wait_for(lambda: last_value(run_dir / "logs.csv", "updates") > 0, 60, "first updates")
+        wait_for_first_updates(run_dir)
         # With the classic preset one actor fills a batch alone: updates do not mean actor 0
         # has its weights yet, and killing it before would leave one line where we count two.
         wait_for(lambda: _weights_lines(run_dir / "actor-0.log") == 1, 60, "actor 0's weights")

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tests.frontend import CARTPOLE, processes_mentioning, tmux_has
-from tests.helpers import ROOT, assert_ranks_in_sync, last_value, read_csv, wait_for
+from tests.helpers import CARTPOLE_RUN, ROOT, assert_ranks_in_sync, last_value, read_csv, wait_for
 from tests.slurm_cluster import SlurmCluster, unavailable_reason
 
 SKIP = unavailable_reason()
@@ -55,7 +55,7 @@ def test_sbatch_trains_with_two_learners_in_sync_on_the_allocation(cluster, tmp_
     a, b, c = (host.address for host in cluster.network.hosts)
     assert (f"node1 ({a}, 2 CPUs): learner; node2 ({b}, 2 CPUs): learner; "
             f"node3 ({c}, 2 CPUs): 2 actor(s)") in log
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / "runs" / CARTPOLE_RUN
     # The learners' supervisor stops the actors as the learners end, or the frontend does.
     stopped_by = log + (run_dir / "mpirun.log").read_text()
     assert "learners ended" in log and "actor-1 on node3: stopped" in stopped_by
@@ -79,7 +79,7 @@ def test_scancel_stops_the_whole_run_with_its_checkpoint_and_submitting_again_re
     submitted = sbatch(cluster, tmp_path, session, budget, wait=False)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / "runs" / CARTPOLE_RUN
     try:
         wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 20_000, 120,
                  "training under Slurm")
@@ -115,7 +115,7 @@ def job_state(cluster: SlurmCluster, job: str) -> str:
 def assert_resumed_to_the_budget(tmp_path, budget: int) -> None:
     """The run resumed from a checkpoint once or more, its frames never went back, it
     reached its budget, and nothing of it is left."""
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / "runs" / CARTPOLE_RUN
     learner_log = (run_dir / "learner-0.log").read_text()
     assert "resumed from" in learner_log, learner_log[-2000:]
     logs = read_csv(run_dir / "logs.csv")
@@ -131,7 +131,7 @@ def interrupted_job(cluster: SlurmCluster, tmp_path, session: str, budget: int,
     submitted = sbatch(cluster, tmp_path, session, budget, wait=False)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / "runs" / CARTPOLE_RUN
     try:
         wait_for(lambda: last_value(run_dir / "logs.csv", "frames") > 30_000, 180,
                  "training under Slurm")
@@ -165,7 +165,7 @@ def test_the_warning_before_the_time_limit_checkpoints_requeues_and_resumes(clus
     first_start = output.split(f"job {job}, start 2")[0]
     assert "stopped before the time limit with a checkpoint; requeued" in first_start, \
         output[-3000:]
-    run_dir = tmp_path / "runs" / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / "runs" / CARTPOLE_RUN
     assert "checkpoint saved" in (run_dir / "learner-0.log").read_text()
     assert "learners ended (finished (status 0)" in output, output[-3000:]
     assert_resumed_to_the_budget(tmp_path, 150_000)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from impala import tracking
-from tests.helpers import CARTPOLE_FLAGS, EXPERIMENT, ROOT, free_port, read_csv
+from tests.helpers import CARTPOLE_FLAGS, CARTPOLE_RUN, EXPERIMENT, ROOT, free_port, read_csv
 
-RUN = "CartPole-v1_MLPAgent"
+RUN = CARTPOLE_RUN
 LEVELDB_HEADER = 7  # W&B's transaction log: a 7-byte file header, then leveldb-log records
 BLOCK = 32768
 

@@ -26,6 +26,7 @@ from tests.helpers import (
     start_endless_cartpole,
     stop,
     wait_for,
+    wait_for_first_updates,
     weights_answered,
 )
 from tests.wire import unroll
@@ -90,7 +91,7 @@ def test_only_the_runs_actors_get_in(tmp_path):
     run_dir = tmp_path / RUN
     logs = run_dir / "logs.csv"
     try:
-        wait_for(lambda: last_value(logs, "updates") > 0, 60, "the run's actor to train")
+        wait_for_first_updates(run_dir)
         # A peer without the key, and one with a key pair of its own that knows the
         # learners' public key (which is not a secret): no answer, nothing fed.
         keyless = dealer_to(port, linger_ms=0)
@@ -126,7 +127,7 @@ def test_auth_none_admits_any_peer(tmp_path):
     proc = start_endless_cartpole(tmp_path, port, "--auth=none")
     logs = tmp_path / RUN / "logs.csv"
     try:
-        wait_for(lambda: last_value(logs, "updates") > 0, 60, "the actor to train")
+        wait_for_first_updates(tmp_path / RUN)
         assert not auth.keys_path(tmp_path / RUN).exists()
         peer = dealer_to(port, linger_ms=1000)
         assert weights_answered(peer, timeout_ms=10_000)

@@ -27,12 +27,14 @@ from impala.step import learn_step
 from impala.transport import LearnerSocket, encode
 from impala.unroll.reader import UnrollReader
 from tests.helpers import (
+    CARTPOLE_RUN,
     dealer_to,
     free_port,
     last_value,
     start_endless_cartpole,
     stop,
     wait_for,
+    wait_for_first_updates,
 )
 from tests.wire import FLAT_LAYOUT as LAYOUT
 from tests.wire import FLAT_T as T
@@ -266,11 +268,11 @@ def fuzz_messages(count: int, seed: int = 0) -> list[list[bytes]]:
 def test_fuzzing_a_live_learner_with_10000_bad_messages(tmp_path):
     port = free_port()
     proc = start_endless_cartpole(tmp_path, port)
-    run_dir = tmp_path / "CartPole-v1_MLPAgent"
+    run_dir = tmp_path / CARTPOLE_RUN
     logs = run_dir / "logs.csv"
     messages = fuzz_messages(10_000)
     try:
-        wait_for(lambda: last_value(logs, "updates") > 0, 60, "first updates")
+        wait_for_first_updates(run_dir)
         # A peer holding the run's key: what gets past authentication must still be checked.
         sock = dealer_to(port, run_dir, linger_ms=10_000)
         for message in messages:
