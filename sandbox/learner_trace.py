@@ -7,13 +7,16 @@ table with a column per span:
   .venv/bin/python sandbox/learner_trace.py runs/suite/impala-phoenix-v5-s1   # a run directory
   .venv/bin/python sandbox/learner_trace.py <run> --per=500000 --start=7000000 \
       --columns=learning_rate,entropy,trust_region_masked
+  .venv/bin/python sandbox/learner_trace.py <run> --statistic=q0.99 --columns=policy_kl
 
 A suite's row is found by its id in `results/`: the learner's logs the suite kept
 (`learner-logs/<id>.csv.gz`) and its episodes (`episodes/<id>.csv`).
 
 A run's `logs.csv` is one row per logging interval, so a span's value is the mean of the
-rows logged in it (intervals are of about equal length). The `score` row is the mean return
-of the episodes that ended in the span.
+rows logged in it (intervals are of about equal length), or with `--statistic` their median
+or a quantile (`q0.99`: the value 99% of the rows are at or below), which shows the rare
+large rows that a mean hides. The `score` row is always the mean return of the episodes
+that ended in the span, as the suite scores.
 """
 
 from __future__ import annotations
@@ -38,12 +41,30 @@ DEFAULT_COLUMNS = ("learning_rate", "grad_norm", "baseline_loss", "entropy", "po
                    "trust_region_masked")
 
 
-def span_means(rows: pd.DataFrame, values: list[str], per: int, start: int) -> pd.DataFrame:
-    """The mean of each of `values` over the rows whose `frames` fall in each span of `per`
-    frames after `start`, (end - per, end] as the suite's scores: a DataFrame [span, value]
-    indexed by the span's last frame."""
+def span_statistic(rows: pd.DataFrame, values: list[str], per: int, start: int,
+                   statistic: str = "mean") -> pd.DataFrame:
+    """`statistic` ("mean", "median" or "q<fraction>") of each of `values` over the rows
+    whose `frames` fall in each span of `per` frames after `start`, (end - per, end] as the
+    suite's scores: a DataFrame [span, value] indexed by the span's last frame."""
     rows = rows[rows["frames"] > start]
-    return rows.groupby(span_ends(rows["frames"], per, start))[values].mean()
+    spans = rows.groupby(span_ends(rows["frames"], per, start))[values]
+    if statistic.startswith("q"):
+        return spans.quantile(float(statistic[1:]))
+    return spans.agg(statistic)
+
+
+def parse_statistic(text: str) -> str:
+    """`text` if it names a statistic span_statistic takes, else an argparse error."""
+    if text in ("mean", "median"):
+        return text
+    try:
+        fraction = float(text[1:]) if text.startswith("q") else -1.0
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 <= fraction <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: mean, median, or q followed by a fraction in [0, 1] (q0.99)")
+    return text
 
 
 def run_files(run: str) -> tuple[Path, list[Path]]:
@@ -59,7 +80,7 @@ def run_files(run: str) -> tuple[Path, list[Path]]:
 
 
 def trace(logs_file: Path, episode_files: list[Path], columns: list[str], per: int,
-          start: int) -> pd.DataFrame:
+          start: int, statistic: str = "mean") -> pd.DataFrame:
     """Rows: the run's `score` and each of `columns`; columns: the spans, named by their
     last frame in millions (the suite's score at 5M is the span that ends at 5M)."""
     logs = pd.read_csv(logs_file)
@@ -67,10 +88,10 @@ def trace(logs_file: Path, episode_files: list[Path], columns: list[str], per: i
     if unknown:
         raise SystemExit(f"{logs_file}: no column {', '.join(unknown)}; it has "
                          f"{', '.join(logs.columns)}")
-    table = span_means(logs, columns, per, start)
+    table = span_statistic(logs, columns, per, start, statistic)
     if episode_files:
         episodes = pd.concat(pd.read_csv(f) for f in episode_files)
-        score = span_means(episodes, ["episode_return"], per, start)["episode_return"]
+        score = span_statistic(episodes, ["episode_return"], per, start)["episode_return"]
         table.insert(0, "score", score)
     table.index = [f"{end / 1e6:g}M" for end in table.index]
     return table.T
@@ -94,11 +115,15 @@ def main() -> None:
                         help="logs.csv columns to average, comma-separated")
     parser.add_argument("--per", type=int, default=1_000_000, help="frames per span")
     parser.add_argument("--start", type=int, default=0, help="the first span's first frame")
+    parser.add_argument("--statistic", type=parse_statistic, default="mean",
+                        help="of the logged rows in a span: mean, median, or a quantile "
+                             "such as q0.99 (the score is always the mean)")
     args = parser.parse_args()
     if args.per <= 0 or args.start < 0:
         parser.error("--per must be > 0 and --start >= 0")
     columns = [c for c in args.columns.split(",") if c]
-    print(markdown(trace(*run_files(args.run), columns, args.per, args.start)))
+    print(markdown(trace(*run_files(args.run), columns, args.per, args.start,
+                         args.statistic)))
 
 
 if __name__ == "__main__":

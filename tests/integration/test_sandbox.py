@@ -95,6 +95,26 @@ def test_learner_trace_averages_logs_and_scores_over_the_suites_frame_spans(tmp_
     assert refused.returncode != 0 and "no column grad_nrom" in refused.stderr
 
 
+def test_learner_trace_takes_a_quantile_of_the_logged_rows_and_still_the_mean_score(tmp_path):
+    (tmp_path / "logs.csv").write_text(
+        "frames,entropy\n200000,1.0\n400000,2.0\n1000000,9.0\n1500000,3.0\n2000000,5.0\n")
+    (tmp_path / "episodes-0.csv").write_text(
+        "time,frames,episode_return,episode_length\n"
+        "0,900000,10,100\n0,1000000,20,100\n0,1800000,-4,100\n0,1900000,0,100\n")
+    tables = {}
+    for statistic in ("q1", "q0.5", "median"):
+        out = subprocess.run([sys.executable, "sandbox/learner_trace.py", str(tmp_path),
+                              "--columns=entropy", f"--statistic={statistic}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+        tables[statistic] = out.stdout.splitlines()[2:]
+    assert tables["q1"] == ["| score | 15 | -2 |", "| entropy | 9 | 5 |"]
+    assert tables["q0.5"] == tables["median"] == ["| score | 15 | -2 |", "| entropy | 2 | 4 |"]
+    refused = subprocess.run([sys.executable, "sandbox/learner_trace.py", str(tmp_path),
+                              "--statistic=q99"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode != 0 and "'q99'" in refused.stderr
+
+
 def test_learner_trace_of_a_suite_row_scores_as_the_suites_page_does():
     run_id = "impala-namethisgame-v5-s1"  # its logs and episodes are kept in results/
     out = subprocess.run([sys.executable, "sandbox/learner_trace.py", run_id,
