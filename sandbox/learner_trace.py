@@ -42,19 +42,20 @@ DEFAULT_COLUMNS = ("learning_rate", "grad_norm", "baseline_loss", "entropy", "po
 
 
 def span_statistic(rows: pd.DataFrame, values: list[str], per: int, start: int,
-                   statistic: str = "mean") -> pd.DataFrame:
-    """`statistic` ("mean", "median" or "q<fraction>") of each of `values` over the rows
-    whose `frames` fall in each span of `per` frames after `start`, (end - per, end] as the
-    suite's scores: a DataFrame [span, value] indexed by the span's last frame."""
+                   statistic: str | float = "mean") -> pd.DataFrame:
+    """`statistic` ("mean", "median", or a quantile's fraction) of each of `values` over the
+    rows whose `frames` fall in each span of `per` frames after `start`, (end - per, end] as
+    the suite's scores: a DataFrame [span, value] indexed by the span's last frame."""
     rows = rows[rows["frames"] > start]
     spans = rows.groupby(span_ends(rows["frames"], per, start))[values]
-    if statistic.startswith("q"):
-        return spans.quantile(float(statistic[1:]))
+    if isinstance(statistic, float):
+        return spans.quantile(statistic)
     return spans.agg(statistic)
 
 
-def parse_statistic(text: str) -> str:
-    """`text` if it names a statistic span_statistic takes, else an argparse error."""
+def parse_statistic(text: str) -> str | float:
+    """"mean" or "median" as they are, "q<fraction>" as the fraction (a float in [0, 1]);
+    anything else an argparse error."""
     if text in ("mean", "median"):
         return text
     try:
@@ -64,7 +65,7 @@ def parse_statistic(text: str) -> str:
     if not 0.0 <= fraction <= 1.0:
         raise argparse.ArgumentTypeError(
             f"{text!r}: mean, median, or q followed by a fraction in [0, 1] (q0.99)")
-    return text
+    return fraction
 
 
 def run_files(run: str) -> tuple[Path, list[Path]]:
@@ -80,7 +81,7 @@ def run_files(run: str) -> tuple[Path, list[Path]]:
 
 
 def trace(logs_file: Path, episode_files: list[Path], columns: list[str], per: int,
-          start: int, statistic: str = "mean") -> pd.DataFrame:
+          start: int, statistic: str | float = "mean") -> pd.DataFrame:
     """Rows: the run's `score` and each of `columns`; columns: the spans, named by their
     last frame in millions (the suite's score at 5M is the span that ends at 5M)."""
     logs = pd.read_csv(logs_file)
